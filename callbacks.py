@@ -1,0 +1,160 @@
+"""Trainer callbacks: generation logs at every evaluation, and the training log file.
+
+The generation log is the spec's central feature: the same eval prompts, decoded greedily, scored by the run's own
+rewards, written as `{generation_log_dir}/generation_log_step_{n}.json` once before training (the baseline) and at
+every evaluation, so steps are directly comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from rewards import RewardSet, WeightedSum, weighted_total
+
+log = logging.getLogger("grpo")
+
+
+class GenerationLogger(TrainerCallback):
+    def __init__(self, rows: list[dict[str, Any]], tokenizer, reward_set: RewardSet, log_dir: Path,
+                 max_new_tokens: int, is_main_process: bool = True):
+        self.rows = rows
+        self.tokenizer = tokenizer
+        self.reward_set = reward_set
+        self.log_dir = Path(log_dir)
+        self.max_new_tokens = max_new_tokens
+        self.is_main_process = is_main_process
+        self.trainer = None  # set by the runner: the model TRL trains (wrapped or not)
+        self.history: list[dict[str, Any]] = []  # one summary per logged evaluation
+        self.seconds = 0.0
+        existing = sorted(self.log_dir.glob("generation_log_step_*.json")) if self.log_dir.exists() else []
+        # A resumed run continues the eval_step numbering instead of overwriting earlier files.
+        self.eval_step = len(existing)
+
+    # -- TrainerCallback hooks ------------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if not (self.log_dir / f"generation_log_step_{state.global_step}.json").exists():
+            self.log_generations(model, state.global_step)
+
+    def on_evaluate(self, args, state, control, model=None, **kwargs):
+        self.log_generations(model, state.global_step)
+
+    # -- the work -------------------------------------------------------------------------------------------------
+    def log_generations(self, model, global_step: int) -> dict[str, Any] | None:
+        """Generate, score and write one step file. A failure here is logged, never allowed to end training."""
+        if not self.is_main_process or model is None or not self.rows:
+            return None
+        started = time.perf_counter()
+        try:
+            entries = self._generate_and_score(model, global_step)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            path = self.log_dir / f"generation_log_step_{global_step}.json"
+            path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            summary = summarise(entries, self.reward_set.names)
+            summary.update(eval_step=self.eval_step, global_step=global_step, file=str(path))
+            self.history.append(summary)
+            self.eval_step += 1
+            log.info("Generation log step %d: mean reward %.3f over %d prompts -> %s", global_step,
+                     summary["reward_mean"], len(entries), path)
+            return summary
+        except Exception as err:  # noqa: BLE001 - logging must not kill a long run
+            log.error("Generation logging failed at step %d (%s: %s); training continues.", global_step,
+                      err.__class__.__name__, err)
+            return None
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _generate_and_score(self, model, global_step: int) -> list[dict[str, Any]]:
+        import torch
+
+        tokenizer = self.tokenizer
+        prompts = [row["prompt"] for row in self.rows]
+        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+        was_training = model.training
+        side = tokenizer.padding_side
+        tokenizer.padding_side = "left"  # batched decoding needs the prompts right-aligned
+        model.eval()
+        try:
+            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            with torch.no_grad():
+                output = model.generate(**batch, max_new_tokens=self.max_new_tokens, do_sample=False,
+                                        use_cache=True, pad_token_id=tokenizer.pad_token_id)
+        finally:
+            tokenizer.padding_side = side
+            if was_training:
+                model.train()
+        new_tokens = output[:, batch["input_ids"].shape[1]:]
+        eos = tokenizer.eos_token_id
+        completion_ids, completions, truncated = [], [], []
+        for row_tokens in new_tokens.tolist():
+            ids = row_tokens
+            if eos in ids:
+                ids = ids[: ids.index(eos)]
+                truncated.append(False)
+            else:
+                ids = [t for t in ids if t != tokenizer.pad_token_id]
+                truncated.append(True)
+            completion_ids.append(ids)
+            completions.append(tokenizer.decode(ids, skip_special_tokens=True))
+        columns = {k: [row.get(k) for row in self.rows] for k in ("chosen", "rejected", "answer") if k in self.rows[0]}
+        conversational = [[{"role": "assistant", "content": c}] for c in completions]
+        per = WeightedSum(self.reward_set).components(
+            prompts=prompts, completions=conversational, completion_ids=completion_ids, **columns)
+        totals = weighted_total(per, self.reward_set.weights)
+        entries = []
+        for i, row in enumerate(self.rows):
+            entry = {
+                "eval_step": self.eval_step,
+                "global_step": global_step,
+                "sample_index": i,
+                "id": row.get("id"),
+                "prompt": prompts[i],
+                "generated": completions[i],
+                "full_response": texts[i] + completions[i],
+                "rewards": {name: values[i] for name, values in per.items()},
+                "reward_total": totals[i],
+                "completion_tokens": len(completion_ids[i]),
+                "truncated": truncated[i],
+            }
+            for key in ("answer", "chosen"):
+                if key in row:
+                    entry[f"reference_{key}"] = row[key]
+            entries.append(entry)
+        return entries
+
+
+def summarise(entries: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    n = max(1, len(entries))
+    summary = {
+        "reward_mean": sum(e["reward_total"] for e in entries) / n,
+        "completion_tokens_mean": sum(e["completion_tokens"] for e in entries) / n,
+        "truncated_fraction": sum(e["truncated"] for e in entries) / n,
+    }
+    for name in names:
+        values = [e["rewards"][name] for e in entries if e["rewards"].get(name) is not None]
+        summary[f"rewards/{name}"] = sum(values) / len(values) if values else None
+    return summary
+
+
+class LogLinesCallback(TrainerCallback):
+    """Each logging step and evaluation as one line in the run's log (console and grpo_training.log)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        keys = ("loss", "reward", "reward_std", "kl", "learning_rate", "completions/mean_length", "step_time",
+                "eval_reward", "eval_loss")
+        shown = {k: logs[k] for k in keys if k in logs}
+        shown.update({k: v for k, v in logs.items() if k.startswith(("rewards/", "eval_rewards/")) and k.endswith("/mean")})
+        if shown:
+            text = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+            log.info("step %d: %s", state.global_step, text)
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            log.info("Saved checkpoint %s/checkpoint-%d", args.output_dir, state.global_step)

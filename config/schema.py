@@ -1,0 +1,198 @@
+"""The run configuration: every field documented once, here.
+
+`--help`, the README's option table and validation all read these dataclass fields, so a field's help text is
+written in exactly one place. Fields marked `trl=True` are handed unchanged to TRL's `GRPOConfig`; any other
+`GRPOConfig` / `TrainingArguments` field may also be set from a config file or `--set`, and is checked against the
+installed TRL's own field list (read from its source, so `--dry-run` never imports TRL).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from config.models import EMBEDDED_MODEL
+
+PANEL_MODEL = "Model"
+PANEL_DATA = "Data"
+PANEL_REWARDS = "Rewards"
+PANEL_TRAINING = "Training"
+PANEL_LOGGING = "Logging & evaluation"
+PANEL_CHECKPOINTS = "Checkpoints"
+
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _f(default: Any, help: str, panel: str, trl: bool = False) -> Any:
+    """A documented field. Mutable defaults are copied per instance."""
+    meta = {"help": help, "panel": panel, "trl": trl}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class GRPORunConfig:
+    """Everything one run needs: model, data, rewards, training and logging."""
+
+    description: str = _f("", "Free text: what this configuration is for (presets carry one).", PANEL_MODEL)
+
+    # ---- Model -------------------------------------------------------------------------------------------------
+    model_name: str = _f(
+        "llama-3.1-8b",
+        f"Model preset (see `--list-models`), Hugging Face id, or local directory. '{EMBEDDED_MODEL}' is embedded "
+        "and needs no download.",
+        PANEL_MODEL,
+    )
+    max_seq_length: int = _f(2048, "Longest prompt + completion in tokens the model is prepared for.", PANEL_MODEL)
+    load_in_4bit: bool = _f(True, "Load the base weights in 4-bit NF4 (QLoRA). Less memory, slightly slower.", PANEL_MODEL)
+    backend: Literal["auto", "unsloth", "transformers"] = _f(
+        "auto",
+        "Model loading path: 'unsloth' (FastLanguageModel), 'transformers' (+ PEFT), or 'auto' (Unsloth when it "
+        "imports, else transformers).",
+        PANEL_MODEL,
+    )
+    lora_r: int = _f(16, "LoRA rank. Higher rank: more capacity, more memory.", PANEL_MODEL)
+    lora_alpha: int = _f(32, "LoRA alpha (scaling = alpha / r).", PANEL_MODEL)
+    lora_dropout: float = _f(0.0, "LoRA dropout (0 = off, what Unsloth's fast path expects).", PANEL_MODEL)
+    lora_target_modules: list[str] = _f(DEFAULT_LORA_TARGETS, "Module names that get LoRA adapters.", PANEL_MODEL)
+    use_gradient_checkpointing: Literal["unsloth", "true", "false"] = _f(
+        "unsloth",
+        "Activation checkpointing: 'unsloth' (offloaded, GPU), 'true' (recompute), 'false' (fastest, most memory).",
+        PANEL_MODEL,
+    )
+    fast_inference: bool = _f(
+        False, "Unsloth's vLLM generation inside the training process (GPU only; needs vllm).", PANEL_MODEL
+    )
+    gpu_memory_utilization: float = _f(
+        0.6, "Fraction of GPU memory vLLM may take with fast_inference (Unsloth's default 0.6 fits 8B on 24 GB).",
+        PANEL_MODEL,
+    )
+    max_lora_rank: int = _f(0, "Largest LoRA rank vLLM prepares for with fast_inference (0 = lora_r).", PANEL_MODEL)
+
+    # ---- Data --------------------------------------------------------------------------------------------------
+    dataset: str = _f("ultrafeedback", "Dataset preset (see `--list-datasets`).", PANEL_DATA)
+    dataset_path: str = _f(
+        "",
+        "Load the preset's data from local files instead of the hub: a directory as downloaded from the hub, or "
+        "parquet / json / jsonl / jsonl.gz files.",
+        PANEL_DATA,
+    )
+    custom_data: str = _f("", "Your own JSONL file (formats in the README); overrides --dataset.", PANEL_DATA)
+    max_samples: int = _f(0, "Use at most this many training prompts after shuffling (0 = all).", PANEL_DATA)
+    max_eval_samples: int = _f(64, "Use at most this many evaluation prompts (0 = all).", PANEL_DATA)
+    eval_fraction: float = _f(
+        0.05, "Held-out fraction for evaluation when the dataset has no test split (0 = no evaluation).", PANEL_DATA
+    )
+    system_prompt: str = _f("", "System message prepended to every prompt ('' = none).", PANEL_DATA)
+    max_prompt_length: int = _f(
+        512, "Prompts longer than this many tokens are dropped and counted (0 = keep all).", PANEL_DATA
+    )
+    prompt_field: str = _f("", "Custom data: the column holding the prompt ('' = auto-detect).", PANEL_DATA)
+    answer_field: str = _f("", "Custom data: the column holding the reference answer ('' = auto-detect).", PANEL_DATA)
+    chosen_field: str = _f("", "Custom data: the column holding the preferred reply ('' = auto-detect).", PANEL_DATA)
+    rejected_field: str = _f("", "Custom data: the column holding the rejected reply ('' = auto-detect).", PANEL_DATA)
+
+    # ---- Rewards -----------------------------------------------------------------------------------------------
+    reward_function_type: Literal["single", "multi"] = _f(
+        "single",
+        "'single': one reward function, the weighted sum of the components (one curve). 'multi': one TRL reward "
+        "function per component with reward_weights (a curve each).",
+        PANEL_REWARDS,
+    )
+    reward_config_name: str = _f(
+        "", "Named reward preset (see `--list-rewards`); '' = the dataset's default (math for GSM8K, arithmetic for "
+        "the built-in task, balanced for preference data).", PANEL_REWARDS,
+    )
+    reward_config: str = _f("", "Reward config JSON file; replaces the named preset.", PANEL_REWARDS)
+    custom_rewards: list[str] = _f(
+        [], "Your own reward functions as 'module.path:function' (weight 1 each), added to the components.",
+        PANEL_REWARDS,
+    )
+
+    # ---- Training (TRL GRPOConfig) ------------------------------------------------------------------------------
+    output_dir: str = _f("./grpo_outputs", "Where checkpoints, the adapter, logs and plots go.", PANEL_TRAINING, True)
+    learning_rate: float = _f(5e-6, "Peak learning rate.", PANEL_TRAINING, True)
+    num_train_epochs: float = _f(1.0, "Passes over the training prompts.", PANEL_TRAINING, True)
+    max_steps: int = _f(-1, "Stop after this many optimizer steps (-1 = use num_train_epochs).", PANEL_TRAINING, True)
+    per_device_train_batch_size: int = _f(
+        8, "Completions per device per micro-batch (must be divisible into groups of num_generations).",
+        PANEL_TRAINING, True,
+    )
+    per_device_eval_batch_size: int = _f(8, "Completions per device per evaluation batch.", PANEL_TRAINING, True)
+    gradient_accumulation_steps: int = _f(1, "Micro-batches per optimizer step.", PANEL_TRAINING, True)
+    num_generations: int = _f(
+        4, "Completions sampled per prompt: the GRPO group (the spec's group_size).", PANEL_TRAINING, True
+    )
+    max_completion_length: int = _f(256, "Longest completion in tokens.", PANEL_TRAINING, True)
+    temperature: float = _f(1.0, "Sampling temperature for training generations.", PANEL_TRAINING, True)
+    beta: float = _f(
+        0.0, "KL penalty against the reference model (0 = no reference model: less memory, faster; as in DAPO).",
+        PANEL_TRAINING, True,
+    )
+    loss_type: str = _f(
+        "dapo", "GRPO loss aggregation: grpo, dr_grpo, dapo, bnpo, ... (TRL's loss_type).", PANEL_TRAINING, True
+    )
+    scale_rewards: str = _f(
+        "group", "Advantage normalisation: 'group' (std per group), 'batch', or 'none' (Dr. GRPO).",
+        PANEL_TRAINING, True,
+    )
+    lr_scheduler_type: str = _f("linear", "Learning-rate schedule.", PANEL_TRAINING, True)
+    warmup_steps: float = _f(
+        0.0, "Learning-rate warmup: steps (>= 1) or a fraction of all steps (< 1).", PANEL_TRAINING, True
+    )
+    weight_decay: float = _f(0.0, "AdamW weight decay.", PANEL_TRAINING, True)
+    max_grad_norm: float = _f(1.0, "Gradient clipping norm.", PANEL_TRAINING, True)
+    optim: str = _f("adamw_torch", "Optimizer (TRL/transformers name; 8-bit ones need a GPU).", PANEL_TRAINING, True)
+    seed: int = _f(42, "Seed for data shuffling, LoRA init and sampling.", PANEL_TRAINING, True)
+    logging_steps: int = _f(1, "Log training metrics every N optimizer steps.", PANEL_TRAINING, True)
+
+    # ---- Evaluation and logging --------------------------------------------------------------------------------
+    eval_steps: int = _f(50, "Evaluate every N optimizer steps (0 = only at the end).", PANEL_LOGGING)
+    enable_generation_logging: bool = _f(
+        True, "Write sample generations at every evaluation (and once before training).", PANEL_LOGGING
+    )
+    generation_log_dir: str = _f("", "Where generation logs go ('' = {output_dir}/generation_logs).", PANEL_LOGGING)
+    max_generation_samples: int = _f(5, "Eval prompts whose generations are logged each time.", PANEL_LOGGING)
+    generation_max_new_tokens: int = _f(
+        0, "Token limit for logged generations (0 = max_completion_length).", PANEL_LOGGING
+    )
+    wandb_project: str = _f("", "Log to this Weights & Biases project ('' = W&B off).", PANEL_LOGGING)
+    run_name: str = _f("", "Run name for W&B and the logs ('' = generated).", PANEL_LOGGING)
+
+    # ---- Checkpoints -------------------------------------------------------------------------------------------
+    save_steps: int = _f(50, "Save a checkpoint every N optimizer steps (0 = only the final adapter).",
+                         PANEL_CHECKPOINTS)
+    save_total_limit: int = _f(3, "Keep at most this many checkpoints (0 = keep all).", PANEL_CHECKPOINTS)
+    save_merged: bool = _f(False, "Also write a merged 16-bit model at the end.", PANEL_CHECKPOINTS)
+
+    # Any other GRPOConfig / TrainingArguments field, validated against the installed TRL.
+    trl_args: dict[str, Any] = field(default_factory=dict, metadata={"help": "", "panel": "", "trl": False})
+
+
+FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(GRPORunConfig) if f.name != "trl_args"}
+
+
+def field_help(name: str) -> str:
+    """The one help text of a config field, for `--help`."""
+    return FIELDS[name].metadata["help"]
+
+
+def field_type(name: str) -> Any:
+    return typing.get_type_hints(GRPORunConfig)[name]
+
+
+def literal_choices(tp: Any) -> tuple | None:
+    return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
+
+
+def describe_type(tp: Any) -> str:
+    choices = literal_choices(tp)
+    if choices:
+        return " | ".join(repr(c) for c in choices)
+    if isinstance(tp, types.GenericAlias):
+        return str(tp)
+    return getattr(tp, "__name__", str(tp))

@@ -1,0 +1,607 @@
+"""Datasets: one registry of presets, one pure formatter per source, and custom JSONL.
+
+Every formatter maps one raw row to the GRPO row our trainer and rewards use, or to a drop reason:
+
+    {"id": str, "prompt": [{"role": ..., "content": ...}, ...],   # conversational: TRL applies the chat template
+     "chosen": str, "rejected": str,                              # preference data: the two final replies
+     "answer": str}                                               # verifiable data: the reference answer
+
+Presets load from the hub with `datasets.load_dataset` or, with `--dataset-path`, from a local copy (a directory
+as downloaded from the hub, or parquet / json / jsonl / jsonl.gz files). Rows that cannot be mapped are counted by
+reason and reported (log and `--dry-run`), never dropped silently.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import random
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from config.errors import UsageError
+
+log = logging.getLogger("grpo")
+
+Row = dict[str, Any]
+Mapped = tuple[Row | None, str | None]  # (row, None) or (None, drop reason)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Formatters: raw row -> GRPO row. Pure functions, tested on inline rows.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _stable_id(*parts: str) -> str:
+    return hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
+
+
+def _text(message: Any) -> str:
+    return message.get("content", "") if isinstance(message, dict) else str(message)
+
+
+def format_ultrafeedback(row: Row) -> Mapped:
+    """HuggingFaceH4/ultrafeedback_binarized: `chosen` / `rejected` are message lists ending in the reply."""
+    chosen, rejected = row.get("chosen") or [], row.get("rejected") or []
+    if not chosen or not rejected or chosen[-1].get("role") != "assistant" or rejected[-1].get("role") != "assistant":
+        return None, "no final assistant reply"
+    prompt = [{"role": m["role"], "content": m["content"]} for m in chosen[:-1]]
+    if not prompt or not any(m["role"] == "user" for m in prompt):
+        prompt = [{"role": "user", "content": row.get("prompt", "")}]
+    if not prompt[-1]["content"].strip():
+        return None, "empty prompt"
+    return {
+        "id": str(row.get("prompt_id") or _stable_id(prompt[-1]["content"])),
+        "prompt": prompt,
+        "chosen": chosen[-1]["content"],
+        "rejected": rejected[-1]["content"],
+    }, None
+
+
+def format_ultrafeedback_large(row: Row) -> Mapped:
+    """openbmb/UltraFeedback (64k prompts x 4 rated completions), binarised here: chosen = the completion with the
+    highest `overall_score`, rejected = the lowest (H4's binarized set takes a random other one instead; the lowest is
+    deterministic and the clearest contrast). Rows with fewer than 2 completions or all scores tied are dropped."""
+    completions = [c for c in row.get("completions") or [] if c.get("response")]
+    scored = [c for c in completions if isinstance(c.get("overall_score"), (int, float))]
+    if len(scored) < 2:
+        return None, "fewer than 2 scored completions"
+    ranked = sorted(scored, key=lambda c: c["overall_score"], reverse=True)
+    if ranked[0]["overall_score"] == ranked[-1]["overall_score"]:
+        return None, "all completions tied"
+    instruction = row.get("instruction", "")
+    if not instruction.strip():
+        return None, "empty prompt"
+    return {
+        "id": _stable_id(row.get("source", ""), instruction),
+        "prompt": [{"role": "user", "content": instruction}],
+        "chosen": ranked[0]["response"],
+        "rejected": ranked[-1]["response"],
+    }, None
+
+
+_HH_TURN = re.compile(r"\n\n(Human|Assistant):")
+
+
+def parse_hh_transcript(text: str) -> list[dict[str, str]]:
+    """'\\n\\nHuman: hi\\n\\nAssistant: hello' -> [{'role': 'user', ...}, {'role': 'assistant', ...}]."""
+    parts = _HH_TURN.split(text)
+    messages = []
+    # parts = [preamble, speaker, content, speaker, content, ...]
+    for speaker, content in zip(parts[1::2], parts[2::2], strict=True):
+        role = "user" if speaker == "Human" else "assistant"
+        messages.append({"role": role, "content": content.strip()})
+    return messages
+
+
+def format_hh_rlhf(row: Row) -> Mapped:
+    """Anthropic/hh-rlhf: two transcripts sharing every turn but the last. The prompt keeps all earlier turns."""
+    chosen, rejected = parse_hh_transcript(row.get("chosen", "")), parse_hh_transcript(row.get("rejected", ""))
+    if not chosen or not rejected or chosen[-1]["role"] != "assistant" or rejected[-1]["role"] != "assistant":
+        return None, "no final assistant reply"
+    prompt = chosen[:-1]
+    if not prompt or prompt[-1]["role"] != "user" or not prompt[-1]["content"]:
+        return None, "no user turn before the reply"
+    return {
+        "id": _stable_id(json.dumps(prompt), chosen[-1]["content"]),
+        "prompt": prompt,
+        "chosen": chosen[-1]["content"],
+        "rejected": rejected[-1]["content"],
+    }, None
+
+
+SUMMARIZE_INSTRUCTION = "Write a short TL;DR summary of the post above."
+
+
+def format_summarize(row: Row) -> Mapped:
+    """openai/summarize_from_feedback, `comparisons`: a Reddit post (or news article) and two summaries, one chosen
+    by a labeller (`choice`). The prompt is the post with its subreddit and title, asking for a TL;DR."""
+    info, summaries, choice = row.get("info") or {}, row.get("summaries") or [], row.get("choice")
+    if len(summaries) != 2 or choice not in (0, 1):
+        return None, "not a two-summary comparison"
+    body = info.get("post") or info.get("article") or ""
+    if not body.strip():
+        return None, "empty post"
+    header = []
+    if info.get("subreddit"):
+        header.append(f"SUBREDDIT: r/{info['subreddit']}")
+    if info.get("title"):
+        header.append(f"TITLE: {info['title']}")
+    content = "\n".join([*header, f"POST: {body.strip()}", "", SUMMARIZE_INSTRUCTION])
+    return {
+        "id": _stable_id(str(info.get("id", "")), summaries[0]["text"], summaries[1]["text"]),
+        "prompt": [{"role": "user", "content": content}],
+        "chosen": summaries[choice]["text"].strip(),
+        "rejected": summaries[1 - choice]["text"].strip(),
+    }, None
+
+
+def gsm8k_final_answer(solution: str) -> str | None:
+    """The number after '####' in a GSM8K solution, commas removed: '... #### 1,234' -> '1234'."""
+    _, sep, tail = solution.rpartition("####")
+    if not sep:
+        return None
+    answer = tail.strip().replace(",", "").replace("$", "")
+    return answer or None
+
+
+def format_gsm8k(row: Row) -> Mapped:
+    """openai/gsm8k: `question` and a worked `answer` ending in '#### <number>'."""
+    question = (row.get("question") or "").strip()
+    answer = gsm8k_final_answer(row.get("answer") or "")
+    if not question:
+        return None, "empty question"
+    if answer is None:
+        return None, "no '####' final answer"
+    return {"id": _stable_id(question), "prompt": [{"role": "user", "content": question}], "answer": answer}, None
+
+
+ARITHMETIC_TEMPLATE = "What is {a} + {b}? Answer with just the number."
+
+
+def arithmetic_rows(n_train: int, n_eval: int, seed: int, high: int = 9) -> tuple[list[Row], list[Row]]:
+    """The built-in task: 'What is a + b?' for single digits (the classic GRPO teaching example), checkable exactly,
+    no download. The (a, b) pairs are split first, so held-out pairs are never trained on; training rows repeat
+    the remaining pairs in a seeded order."""
+    rng = random.Random(seed)
+    pairs = [(a, b) for a in range(high + 1) for b in range(high + 1)]
+    rng.shuffle(pairs)
+    n_eval = min(n_eval, len(pairs) // 3)
+    eval_pairs, train_pairs = pairs[:n_eval], pairs[n_eval:]
+
+    def row(a: int, b: int) -> Row:
+        return {"id": f"arith-{a}+{b}", "question": ARITHMETIC_TEMPLATE.format(a=a, b=b), "answer": str(a + b)}
+
+    train = [row(*train_pairs[i % len(train_pairs)]) for i in range(n_train)]
+    rng.shuffle(train)
+    return train, [row(a, b) for a, b in eval_pairs]
+
+
+def format_arithmetic(row: Row) -> Mapped:
+    return {"id": row["id"], "prompt": [{"role": "user", "content": row["question"]}], "answer": row["answer"]}, None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Custom JSONL: format detected from the first row's keys, every row checked against it.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldNames:
+    prompt: str = ""
+    answer: str = ""
+    chosen: str = ""
+    rejected: str = ""
+
+
+CUSTOM_FORMATS = {
+    "preference": '{"prompt": "...", "chosen": "...", "rejected": "..."} (strings or message lists)',
+    "messages": '{"messages": [{"role": "user", "content": "..."}, ...]} (a final assistant turn becomes "chosen")',
+    "qa": '{"prompt": "...", "answer": "..."} or {"question": "...", "answer": "..."}',
+    "hh": '{"chosen": "\\n\\nHuman: ...\\n\\nAssistant: ...", "rejected": "..."} (HH-RLHF transcripts)',
+    "prompt": '{"prompt": "..."} (prompts only; rewards that need references will say so)',
+}
+
+
+def detect_custom_format(row: Row, names: FieldNames) -> str | None:
+    keys = set(row)
+    prompt_key = names.prompt or ("prompt" if "prompt" in keys else "question" if "question" in keys else "")
+    answer_key = names.answer or "answer"
+    chosen_key, rejected_key = names.chosen or "chosen", names.rejected or "rejected"
+    if not names.prompt and "messages" in keys:
+        return "messages"
+    if prompt_key in keys and chosen_key in keys and rejected_key in keys:
+        return "preference"
+    if prompt_key in keys and answer_key in keys:
+        return "qa"
+    if chosen_key in keys and rejected_key in keys and isinstance(row[chosen_key], str):
+        return "hh"
+    if prompt_key in keys:
+        return "prompt"
+    return None
+
+
+def _as_messages(value: Any) -> list[dict[str, str]] | None:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}] if value.strip() else None
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+        return [{"role": m["role"], "content": m["content"]} for m in value]
+    return None
+
+
+def _reply_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and isinstance(value[-1], dict):
+        return _text(value[-1])
+    return None
+
+
+def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped]:
+    def prompt_key(row: Row) -> str:
+        return names.prompt or ("prompt" if "prompt" in row else "question")
+
+    def fmt_preference(row: Row) -> Mapped:
+        prompt = _as_messages(row[prompt_key(row)])
+        chosen, rejected = _reply_text(row[names.chosen or "chosen"]), _reply_text(row[names.rejected or "rejected"])
+        if prompt is None:
+            return None, "empty or malformed prompt"
+        if chosen is None or rejected is None:
+            return None, "malformed chosen/rejected"
+        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt), chosen)), "prompt": prompt,
+                "chosen": chosen, "rejected": rejected}, None
+
+    def fmt_messages(row: Row) -> Mapped:
+        messages = _as_messages(row["messages"])
+        if messages is None:
+            return None, "malformed messages"
+        # A final assistant turn is the reference reply; the prompt is everything before it.
+        chosen = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+        prompt = messages[:-1] if chosen else messages
+        if not prompt:
+            return None, "no turn before the assistant reply"
+        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt, "chosen": chosen}, None
+
+    def fmt_qa(row: Row) -> Mapped:
+        prompt = _as_messages(row[prompt_key(row)])
+        answer = row[names.answer or "answer"]
+        if prompt is None:
+            return None, "empty or malformed prompt"
+        answer = gsm8k_final_answer(answer) or answer if isinstance(answer, str) else str(answer)
+        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt,
+                "answer": answer.strip()}, None
+
+    def fmt_hh(row: Row) -> Mapped:
+        return format_hh_rlhf({"chosen": row[names.chosen or "chosen"], "rejected": row[names.rejected or "rejected"]})
+
+    def fmt_prompt(row: Row) -> Mapped:
+        prompt = _as_messages(row[prompt_key(row)])
+        if prompt is None:
+            return None, "empty or malformed prompt"
+        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt}, None
+
+    return {"preference": fmt_preference, "messages": fmt_messages, "qa": fmt_qa, "hh": fmt_hh,
+            "prompt": fmt_prompt}[fmt]
+
+
+def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames()) -> tuple[list[Row], str]:
+    """Every line parsed and checked before anything is mapped: errors name the file and the line."""
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"Custom data file {path} does not exist: check the path.")
+    if path.is_dir():
+        raise UsageError(f"Custom data {path} is a directory: give a .jsonl file (or use --dataset-path for a preset).")
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows: list[Row] = []
+    fmt: str | None = None
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise UsageError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno}).") from None
+                if not isinstance(row, dict):
+                    raise UsageError(f"{path}:{lineno}: each line must be a JSON object, not {type(row).__name__}.")
+                row_fmt = detect_custom_format(row, names)
+                if row_fmt is None:
+                    raise UsageError(
+                        f"{path}:{lineno}: no usable fields (found {', '.join(sorted(row)) or 'none'}). Accepted: "
+                        + "; ".join(CUSTOM_FORMATS.values()) + ". Or name fields with --prompt-field etc."
+                    )
+                if fmt is None:
+                    fmt = row_fmt
+                elif row_fmt != fmt:
+                    raise UsageError(
+                        f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
+                        f"'{fmt}' rows: use one format per file."
+                    )
+                rows.append(row)
+    except (OSError, UnicodeDecodeError, EOFError) as err:
+        raise UsageError(f"Custom data file {path} cannot be read ({err.__class__.__name__}: {err}).") from None
+    if fmt is None:
+        raise UsageError(f"Custom data file {path} has no rows.")
+    return rows, fmt
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    description: str
+    formatter: Callable[[Row], Mapped]
+    hub_id: str = ""
+    hub_config: str | None = None
+    train_split: str = "train"
+    eval_split: str | None = None
+    kind: str = "preference"  # "preference" (chosen/rejected) or "verifiable" (answer)
+    default_rewards: str = "balanced"
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "ultrafeedback": DatasetSpec(
+        "HuggingFaceH4/ultrafeedback_binarized (61k prompts, GPT-4-rated chosen/rejected)",
+        format_ultrafeedback, "HuggingFaceH4/ultrafeedback_binarized", None, "train_prefs", "test_prefs",
+    ),
+    "ultrafeedback_large": DatasetSpec(
+        "openbmb/UltraFeedback (64k prompts x 4 rated completions), binarised: highest vs lowest overall_score",
+        format_ultrafeedback_large, "openbmb/UltraFeedback", None, "train", None,
+    ),
+    "hh_rlhf": DatasetSpec(
+        "Anthropic/hh-rlhf (helpful + harmless dialogues; prompt = every turn before the final reply)",
+        format_hh_rlhf, "Anthropic/hh-rlhf", None, "train", "test",
+    ),
+    "openai_summarize": DatasetSpec(
+        "openai/summarize_from_feedback, comparisons (Reddit TL;DR with a labeller's preferred summary)",
+        format_summarize, "openai/summarize_from_feedback", "comparisons", "train", "validation",
+    ),
+    "gsm8k": DatasetSpec(
+        "openai/gsm8k, main (grade-school maths; answer = the number after '####')",
+        format_gsm8k, "openai/gsm8k", "main", "train", "test", kind="verifiable", default_rewards="math",
+    ),
+    "arithmetic": DatasetSpec(
+        "Built in, no download: 'What is a + b?' for single digits, held-out pairs, exact-answer reward",
+        format_arithmetic, kind="verifiable", default_rewards="arithmetic",
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading and mapping
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DatasetReport:
+    """What `--dry-run` and the log say about the data."""
+
+    source: str
+    format: str = ""
+    rows: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, dict[str, int]] = field(default_factory=dict)
+    examples: list[Row] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "format": self.format, "rows": self.rows, "dropped": self.dropped,
+                "examples": self.examples}
+
+
+def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split: str, report: DatasetReport):
+    """Batched map that keeps a drop reason per row, then filters and counts: nothing disappears unreported."""
+
+    def batch_fn(batch: dict[str, list]) -> dict[str, list]:
+        keys = list(batch)
+        n = len(batch[keys[0]]) if keys else 0
+        out: dict[str, list] = {"id": [], "prompt": [], "chosen": [], "rejected": [], "answer": [], "_drop": []}
+        for i in range(n):
+            mapped, reason = formatter({k: batch[k][i] for k in keys})
+            mapped = mapped or {}
+            prompt = mapped.get("prompt") or []
+            if system_prompt and prompt and prompt[0]["role"] != "system":
+                prompt = [{"role": "system", "content": system_prompt}, *prompt]
+            out["id"].append(mapped.get("id", ""))
+            out["prompt"].append(prompt)
+            for key in ("chosen", "rejected", "answer"):
+                out[key].append(mapped.get(key))
+            out["_drop"].append(reason or "")
+        return out
+
+    mapped = ds.map(batch_fn, batched=True, batch_size=1000, remove_columns=ds.column_names,
+                    desc=f"Mapping {split}")
+    reasons = Counter(r for r in mapped["_drop"] if r)
+    if reasons:
+        report.dropped[split] = dict(reasons)
+        mapped = mapped.filter(lambda batch: [not r for r in batch["_drop"]], batched=True, batch_size=1000)
+    mapped = mapped.remove_columns("_drop")
+    # Only the reference columns this data actually has: a reward that needs a missing one says so.
+    for key in ("chosen", "rejected", "answer"):
+        if len(mapped) and all(v is None for v in mapped[key][: min(len(mapped), 1000)]):
+            mapped = mapped.remove_columns(key)
+    return mapped
+
+
+def _hub_error(spec_name: str, hub_id: str, err: Exception) -> UsageError:
+    return UsageError(
+        f"Could not load '{hub_id}' from the Hugging Face hub ({err.__class__.__name__}: {str(err).splitlines()[0][:160]})."
+        f" Offline? Download it once and pass --dataset-path DIR (or files) with --dataset {spec_name}."
+    )
+
+
+def _load_local(path: Path, spec: DatasetSpec):
+    """A hub-layout directory or data files -> DatasetDict."""
+    import datasets
+
+    if not path.exists():
+        raise UsageError(f"--dataset-path {path} does not exist: check the path.")
+    try:
+        if path.is_dir():
+            sub = path / spec.hub_config if spec.hub_config and (path / spec.hub_config).is_dir() else path
+            return datasets.load_dataset(str(sub))
+        suffixes = "".join(path.suffixes[-2:]).lower()
+        builder = "parquet" if suffixes.endswith(".parquet") else "json"
+        if builder == "json" and not any(suffixes.endswith(s) for s in (".json", ".jsonl", ".json.gz", ".jsonl.gz")):
+            raise UsageError(f"--dataset-path {path}: expected a directory, .parquet, .json, .jsonl or .jsonl.gz.")
+        return datasets.load_dataset(builder, data_files={"train": str(path)})
+    except UsageError:
+        raise
+    except Exception as err:  # datasets raises many types for unreadable files
+        raise UsageError(f"--dataset-path {path} could not be read: {str(err).splitlines()[0][:200]}") from None
+
+
+def load_grpo_dataset(
+    dataset: str = "ultrafeedback",
+    dataset_path: str = "",
+    custom_data: str = "",
+    max_samples: int = 0,
+    max_eval_samples: int = 0,
+    eval_fraction: float = 0.05,
+    seed: int = 42,
+    system_prompt: str = "",
+    field_names: FieldNames = FieldNames(),
+):
+    """Load, map, shuffle and cap a dataset: returns (train, eval or None, DatasetReport)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    if custom_data:
+        rows, fmt = read_custom_jsonl(custom_data, field_names)
+        report = DatasetReport(source=f"custom file {custom_data}", format=fmt)
+        raw = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)})
+        formatter, train_split, eval_split = make_custom_formatter(fmt, field_names), "train", None
+    else:
+        if dataset not in DATASETS:
+            raise UsageError(f"Unknown dataset '{dataset}'. Valid datasets: {', '.join(DATASETS)}.")
+        spec = DATASETS[dataset]
+        formatter, train_split, eval_split = spec.formatter, spec.train_split, spec.eval_split
+        if dataset == "arithmetic":
+            train_rows, eval_rows = arithmetic_rows(max_samples or 1000, max_eval_samples or 20, seed)
+            raw = datasets.DatasetDict({"train": datasets.Dataset.from_list(train_rows),
+                                        "test": datasets.Dataset.from_list(eval_rows)})
+            report = DatasetReport(source="built-in arithmetic", format="verifiable")
+            train_split, eval_split = "train", "test"
+        elif dataset_path:
+            raw = _load_local(Path(dataset_path), spec)
+            report = DatasetReport(source=f"{dataset} from {dataset_path}", format=spec.kind)
+            if train_split not in raw:
+                if len(raw) == 1:
+                    train_split = next(iter(raw))
+                else:
+                    raise UsageError(
+                        f"--dataset-path {dataset_path} has splits {', '.join(raw)}, not '{spec.train_split}' "
+                        f"that {dataset} expects."
+                    )
+            if eval_split not in raw:
+                eval_split = None
+        else:
+            try:
+                raw = datasets.load_dataset(spec.hub_id, spec.hub_config)
+            except Exception as err:  # offline, gated, missing: all end in the same advice
+                raise _hub_error(dataset, spec.hub_id, err) from None
+            report = DatasetReport(source=spec.hub_id, format=spec.kind)
+
+    train = raw[train_split].shuffle(seed=seed)
+    if max_samples:
+        # Cap before mapping (with headroom for drops) so a 1000-row run over a 60k-row set maps ~1000 rows.
+        train = train.select(range(min(len(train), int(max_samples * 1.2) + 16)))
+    train = _map_split(train, formatter, system_prompt, "train", report)
+    evaluation = None
+    if eval_split:
+        evaluation = raw[eval_split].shuffle(seed=seed)
+        if max_eval_samples:
+            evaluation = evaluation.select(range(min(len(evaluation), int(max_eval_samples * 1.2) + 16)))
+        evaluation = _map_split(evaluation, formatter, system_prompt, "eval", report)
+    elif eval_fraction > 0 and len(train) >= 10:
+        parts = train.train_test_split(test_size=eval_fraction, seed=seed)
+        train, evaluation = parts["train"], parts["test"]
+    if evaluation is not None:
+        # Held-out prompts are never trained on, even when a source repeats a prompt across splits.
+        held_out = {json.dumps(p, sort_keys=True) for p in evaluation["prompt"]}
+        before = len(train)
+        train = train.filter(lambda batch: [json.dumps(p, sort_keys=True) not in held_out for p in batch["prompt"]],
+                             batched=True)
+        if before - len(train):
+            report.dropped.setdefault("train", {})["prompt also in the eval split"] = before - len(train)
+        if max_eval_samples:
+            evaluation = evaluation.select(range(min(len(evaluation), max_eval_samples)))
+    if max_samples:
+        train = train.select(range(min(len(train), max_samples)))
+    if len(train) == 0:
+        dropped = report.dropped.get("train", {})
+        why = f" (dropped: {', '.join(f'{k}: {v}' for k, v in dropped.items())})" if dropped else ""
+        raise UsageError(f"The training set is empty after mapping and filtering{why}: check the data and filters.")
+    report.rows = {"train": len(train), "eval": len(evaluation) if evaluation is not None else 0}
+    report.examples = [train[i] for i in range(min(2, len(train)))]
+    return train, evaluation, report
+
+
+def filter_long_prompts(train, evaluation, tokenizer, max_prompt_length: int, report: DatasetReport):
+    """Drop prompts longer than max_prompt_length tokens (after the chat template), counted in the report."""
+    if not max_prompt_length:
+        return train, evaluation
+
+    def keep(batch):
+        texts = tokenizer.apply_chat_template(batch["prompt"], tokenize=False, add_generation_prompt=True)
+        lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        return [n <= max_prompt_length for n in lengths]
+
+    out = []
+    for split, ds in (("train", train), ("eval", evaluation)):
+        if ds is None:
+            out.append(None)
+            continue
+        before = len(ds)
+        ds = ds.filter(keep, batched=True, batch_size=256)
+        if before - len(ds):
+            report.dropped.setdefault(split, {})[f"prompt longer than {max_prompt_length} tokens"] = before - len(ds)
+            report.rows[split] = len(ds)
+        out.append(ds)
+    if len(out[0]) == 0:
+        raise UsageError(
+            f"Every training prompt is longer than max_prompt_length={max_prompt_length} tokens: raise it "
+            "(--set max_prompt_length=N) or use shorter prompts."
+        )
+    return out[0], out[1]
+
+
+def create_grpo_dataloader(
+    model_name: str = "smollm2-135m",
+    dataset_name: str = "HuggingFaceH4/ultrafeedback_binarized",
+    max_samples: int = 1000,
+    batch_size: int = 8,
+    split: str = "train",
+    dataset_path: str = "",
+    seed: int = 42,
+):
+    """The spec's Python entry point: `(data_loader, dataset)` for a preset name, its hub id, or a JSONL file.
+
+    The loader yields lists of mapped rows; each row also carries `prompt_text`, the prompt rendered with
+    `model_name`'s chat template (what the model sees).
+    """
+    from torch.utils.data import DataLoader
+
+    from model_loader import load_tokenizer
+
+    by_hub = {spec.hub_id: name for name, spec in DATASETS.items() if spec.hub_id}
+    name = by_hub.get(dataset_name, dataset_name)
+    custom = "" if name in DATASETS else dataset_name
+    train, evaluation, _ = load_grpo_dataset(
+        dataset=name if not custom else "", dataset_path=dataset_path, custom_data=custom,
+        max_samples=max_samples, seed=seed,
+    )
+    dataset = train if split == "train" else evaluation
+    tokenizer = load_tokenizer(model_name)
+    dataset = dataset.map(lambda row: {"prompt_text": tokenizer.apply_chat_template(
+        row["prompt"], tokenize=False, add_generation_prompt=True)})
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=list)
+    return loader, dataset

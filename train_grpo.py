@@ -1,0 +1,330 @@
+"""GRPO fine-tuning from the command line: a model, a dataset, weighted rewards, TRL's GRPOTrainer through Unsloth.
+
+    make quick-test                                   # set up .venv, then a real GRPO run on the embedded model (CPU)
+    python train_grpo.py --quick-test                 # the same run
+    python train_grpo.py --dry-run                    # resolve config + data + rewards, print the config, no model
+    python train_grpo.py --model qwen2.5-7b --dataset gsm8k --reward-function multi
+    python train_grpo.py --config my_config.json --set num_generations=8
+    python train_grpo.py --score-completions samples.jsonl --reward-function multi   # preview rewards, no model
+
+Precedence: built-in defaults < preset (default, --quick-test, --production, --preset) < --config FILE < flags
+< --set. Bad input exits with code 2 and one line saying what to fix. Heavy libraries (torch, unsloth, trl) are
+imported only once a run is known to be valid, so --help and --dry-run are instant.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from config.errors import UsageError
+from config.schema import (
+    PANEL_CHECKPOINTS,
+    PANEL_DATA,
+    PANEL_LOGGING,
+    PANEL_MODEL,
+    PANEL_REWARDS,
+    PANEL_TRAINING,
+    field_help,
+)
+
+log = logging.getLogger("grpo")
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich")
+
+
+def _opt(field: str | None, panel: str, *names: str, help: str | None = None, **kwargs):
+    """An option whose help text is the config field's own (written once, in config/schema.py)."""
+    return typer.Option(*names, help=help or field_help(field), rich_help_panel=panel, show_default=False, **kwargs)
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def main(
+    # ---- Model
+    model: Annotated[str | None, _opt("model_name", PANEL_MODEL, "--model", "-m")] = None,
+    load_in_4bit: Annotated[bool | None, _opt("load_in_4bit", PANEL_MODEL, "--load-in-4bit/--no-4bit")] = None,
+    lora_r: Annotated[int | None, _opt("lora_r", PANEL_MODEL, "--lora-r")] = None,
+    backend: Annotated[Literal["auto", "unsloth", "transformers"] | None,
+                       _opt("backend", PANEL_MODEL, "--backend")] = None,
+    # ---- Data
+    dataset: Annotated[str | None, _opt("dataset", PANEL_DATA, "--dataset", "-d")] = None,
+    dataset_path: Annotated[str | None, _opt("dataset_path", PANEL_DATA, "--dataset-path")] = None,
+    custom_data: Annotated[str | None, _opt("custom_data", PANEL_DATA, "--custom-data")] = None,
+    max_samples: Annotated[int | None, _opt("max_samples", PANEL_DATA, "--max-samples")] = None,
+    system_prompt: Annotated[str | None, _opt("system_prompt", PANEL_DATA, "--system-prompt")] = None,
+    prompt_field: Annotated[str | None, _opt("prompt_field", PANEL_DATA, "--prompt-field")] = None,
+    answer_field: Annotated[str | None, _opt("answer_field", PANEL_DATA, "--answer-field")] = None,
+    chosen_field: Annotated[str | None, _opt("chosen_field", PANEL_DATA, "--chosen-field")] = None,
+    rejected_field: Annotated[str | None, _opt("rejected_field", PANEL_DATA, "--rejected-field")] = None,
+    # ---- Rewards
+    reward_function: Annotated[Literal["single", "multi", "systematic"] | None,
+                               _opt("reward_function_type", PANEL_REWARDS, "--reward-function",
+                                    help=field_help("reward_function_type") + " 'systematic' = multi.")] = None,
+    reward_config: Annotated[str | None, _opt("reward_config", PANEL_REWARDS, "--reward-config")] = None,
+    reward_preset: Annotated[str | None, _opt("reward_config_name", PANEL_REWARDS, "--reward-preset")] = None,
+    reward: Annotated[list[str] | None, _opt("custom_rewards", PANEL_REWARDS, "--reward")] = None,
+    score_completions: Annotated[Path | None, _opt(
+        None, PANEL_REWARDS, "--score-completions",
+        help="Score rows {prompt, completion | completions, ...reference columns} from a JSONL file with the "
+             "configured rewards and print one JSON object per row; no model is loaded.")] = None,
+    # ---- Training
+    config_file: Annotated[str | None, _opt(None, PANEL_TRAINING, "--config", "-c",
+                                            help="JSON config file (keys = config fields; see README).")] = None,
+    preset: Annotated[str | None, _opt(None, PANEL_TRAINING, "--preset",
+                                       help="Named preset from config/presets/ (default: 'default').")] = None,
+    quick_test: Annotated[bool, _opt(None, PANEL_TRAINING, "--quick-test",
+                                     help="Preset 'quick_test': the embedded model, a few CPU steps.")] = False,
+    production: Annotated[bool, _opt(None, PANEL_TRAINING, "--production",
+                                     help="Preset 'production': full data, larger groups, KL penalty.")] = False,
+    epochs: Annotated[float | None, _opt("num_train_epochs", PANEL_TRAINING, "--epochs")] = None,
+    max_steps: Annotated[int | None, _opt("max_steps", PANEL_TRAINING, "--max-steps")] = None,
+    learning_rate: Annotated[float | None, _opt("learning_rate", PANEL_TRAINING, "--learning-rate", "--lr")] = None,
+    batch_size: Annotated[int | None, _opt("per_device_train_batch_size", PANEL_TRAINING, "--batch-size")] = None,
+    num_generations: Annotated[int | None, _opt("num_generations", PANEL_TRAINING, "--num-generations")] = None,
+    seed: Annotated[int | None, _opt("seed", PANEL_TRAINING, "--seed")] = None,
+    output_dir: Annotated[str | None, _opt("output_dir", PANEL_TRAINING, "--output-dir", "-o")] = None,
+    set_: Annotated[list[str] | None, _opt(None, PANEL_TRAINING, "--set",
+                                           help="Override any config field or TRL GRPOConfig field: "
+                                                "--set key=value (repeatable; value read as JSON).")] = None,
+    dry_run: Annotated[bool, _opt(None, PANEL_TRAINING, "--dry-run",
+                                  help="Validate config, data and rewards; print the effective config as JSON "
+                                       "on stdout; load no model.")] = False,
+    # ---- Logging & evaluation
+    generation_logging: Annotated[bool | None, _opt(
+        "enable_generation_logging", PANEL_LOGGING,
+        "--enable-generation-logging/--disable-generation-logging")] = None,
+    generation_log_dir: Annotated[str | None, _opt("generation_log_dir", PANEL_LOGGING, "--generation-log-dir")] = None,
+    max_generation_samples: Annotated[int | None, _opt("max_generation_samples", PANEL_LOGGING,
+                                                       "--max-generation-samples")] = None,
+    eval_steps: Annotated[int | None, _opt("eval_steps", PANEL_LOGGING, "--eval-steps")] = None,
+    wandb_project: Annotated[str | None, _opt("wandb_project", PANEL_LOGGING, "--wandb-project")] = None,
+    no_wandb: Annotated[bool, _opt(None, PANEL_LOGGING, "--no-wandb", help="Turn W&B off.")] = False,
+    run_name: Annotated[str | None, _opt("run_name", PANEL_LOGGING, "--run-name")] = None,
+    # ---- Checkpoints
+    save_steps: Annotated[int | None, _opt("save_steps", PANEL_CHECKPOINTS, "--save-steps")] = None,
+    save_merged: Annotated[bool | None, _opt("save_merged", PANEL_CHECKPOINTS, "--save-merged")] = None,
+    resume_from_checkpoint: Annotated[str | None, _opt(
+        None, PANEL_CHECKPOINTS, "--resume-from-checkpoint",
+        help="Continue from a checkpoint directory, or 'latest' for the newest in --output-dir.")] = None,
+    # ---- Listings
+    list_models: Annotated[bool, _opt(None, PANEL_MODEL, "--list-models", help="List model presets.")] = False,
+    list_datasets: Annotated[bool, _opt(None, PANEL_DATA, "--list-datasets", help="List dataset presets.")] = False,
+    list_rewards: Annotated[bool, _opt(None, PANEL_REWARDS, "--list-rewards",
+                                       help="List rewards and reward presets.")] = False,
+):
+    """Fine-tune a language model with GRPO (TRL's GRPOTrainer, Unsloth 4-bit LoRA)."""
+    setup_console_logging()
+    try:
+        if list_models or list_datasets or list_rewards:
+            print_listings(list_models, list_datasets, list_rewards)
+            return
+        if quick_test and production:
+            raise UsageError("--quick-test and --production are two different presets: choose one.")
+        chosen_preset = "quick_test" if quick_test else "production" if production else preset or "default"
+        flags = {
+            "model_name": model, "load_in_4bit": load_in_4bit, "lora_r": lora_r, "backend": backend,
+            "dataset": dataset, "dataset_path": dataset_path, "custom_data": custom_data,
+            "max_samples": max_samples, "system_prompt": system_prompt, "prompt_field": prompt_field,
+            "answer_field": answer_field, "chosen_field": chosen_field, "rejected_field": rejected_field,
+            "reward_function_type": reward_function, "reward_config": reward_config,
+            "reward_config_name": reward_preset, "custom_rewards": reward or None,
+            "num_train_epochs": epochs, "max_steps": max_steps, "learning_rate": learning_rate,
+            "per_device_train_batch_size": batch_size, "num_generations": num_generations, "seed": seed,
+            "output_dir": output_dir, "enable_generation_logging": generation_logging,
+            "generation_log_dir": generation_log_dir, "max_generation_samples": max_generation_samples,
+            "eval_steps": eval_steps, "wandb_project": "" if no_wandb else wandb_project, "run_name": run_name,
+            "save_steps": save_steps, "save_merged": save_merged,
+        }
+        run(chosen_preset, config_file, flags, set_ or [], dry_run, score_completions, resume_from_checkpoint)
+    except UsageError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
+def run(preset, config_file, flags, overrides, dry_run, score_completions, resume_from_checkpoint) -> None:
+    """The story of a run: config -> rewards -> data -> (dry run | reward preview | training) -> summary."""
+    from config.loader import build_config, config_to_dict, resolve_model_name
+    from model_loader import choose_backend
+
+    config = build_config(preset, config_file, flags, overrides)
+    resolve_model_name(config.model_name)
+    reward_set = build_rewards(config)
+
+    if score_completions is not None:
+        preview_rewards(reward_set, score_completions)
+        return
+
+    out = check_output_dir(config.output_dir)
+    resume_from = resolve_checkpoint(resume_from_checkpoint, out) if resume_from_checkpoint else None
+    train_ds, eval_ds, report = load_data(config)
+    from rewards import check_columns
+
+    check_columns(reward_set, set(train_ds.column_names), report.source)
+
+    if dry_run:
+        document = {"config": config_to_dict(config), "preset": preset, "dataset": report.as_dict(),
+                    "rewards": {"mode": config.reward_function_type, "components": reward_set.names,
+                                "weights": reward_set.weights}}
+        print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+        return
+
+    from training import run_training
+
+    out.mkdir(parents=True, exist_ok=True)
+    add_file_logging(out / "grpo_training.log")
+    log.info("Config (preset %s): %s", preset, json.dumps(config_to_dict(config), default=str))
+    log.info("Dataset %s: %s rows, dropped %s", report.source, report.rows, report.dropped or "none")
+    log.info("Rewards (%s): %s", config.reward_function_type,
+             ", ".join(f"{n} x{w:g}" for n, w in zip(reward_set.names, reward_set.weights, strict=True)))
+    summary = run_training(config, train_ds, eval_ds, report, reward_set, choose_backend(config.backend),
+                           resume_from=resume_from)
+    print_summary(summary)
+
+
+def build_rewards(config):
+    from data_loader import DATASETS
+    from rewards import load_reward_config, parse_reward_config
+
+    name = config.reward_config_name
+    if not name and not config.reward_config:
+        name = DATASETS[config.dataset].default_rewards if config.dataset in DATASETS and not config.custom_data \
+            else "balanced"
+    data, source = load_reward_config(name, config.reward_config)
+    return parse_reward_config(data, source, config.custom_rewards, config.max_completion_length)
+
+
+def load_data(config):
+    from data_loader import FieldNames, load_grpo_dataset
+
+    return load_grpo_dataset(
+        dataset=config.dataset, dataset_path=config.dataset_path, custom_data=config.custom_data,
+        max_samples=config.max_samples, max_eval_samples=config.max_eval_samples,
+        eval_fraction=config.eval_fraction, seed=config.seed, system_prompt=config.system_prompt,
+        field_names=FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field),
+    )
+
+
+def preview_rewards(reward_set, path: Path) -> None:
+    from rewards import score_rows
+
+    rows = []
+    if not path.exists():
+        raise UsageError(f"--score-completions {path} does not exist: check the path.")
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}:{lineno}: not valid JSON ({err.msg}).") from None
+        if not isinstance(row, dict) or not ("completion" in row or isinstance(row.get("completions"), list)):
+            raise UsageError(f"{path}:{lineno}: each row needs 'completion' (a string) or 'completions' (a list).")
+        rows.append(row)
+    for result in score_rows(reward_set, rows):
+        print(json.dumps(result, ensure_ascii=False))
+
+
+def check_output_dir(path: str) -> Path:
+    """Refuse an output directory we could not write, before anything is loaded or written."""
+    out = Path(path).expanduser()
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise UsageError(f"Output directory {out} is not writable ({probe} is not a writable directory): "
+                         "choose another --output-dir.")
+    return out
+
+
+def resolve_checkpoint(value: str, output_dir: Path) -> str:
+    if value == "latest":
+        checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])
+                             if p.name.split("-")[-1].isdigit() else -1)
+        if not checkpoints:
+            raise UsageError(f"--resume-from-checkpoint latest: no checkpoint-* directory in {output_dir}.")
+        return str(checkpoints[-1])
+    path = Path(value)
+    if not path.exists():
+        raise UsageError(f"Checkpoint {path} does not exist: check the path, or use 'latest'.")
+    if not (path / "trainer_state.json").exists():
+        raise UsageError(f"{path} is not a trainer checkpoint (no trainer_state.json): give a checkpoint-N directory.")
+    return str(path)
+
+
+def setup_console_logging() -> None:
+    """Run logs on stderr, so stdout carries only results (--dry-run JSON, --score-completions rows)."""
+    logger = logging.getLogger("grpo")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+def add_file_logging(path: Path) -> None:
+    """The run's log lines also go to grpo_training.log (appended: a resumed run continues the same file)."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.getLogger("grpo").addHandler(handler)
+
+
+def print_summary(summary: dict) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    console.rule("[bold]GRPO run finished")
+    console.print(f"steps: {summary['global_step']}  backend: {summary['backend']}  "
+                  f"train time: {summary['train_seconds']} s  total: {summary['total_seconds']} s")
+    first, last = summary.get("train_reward_first"), summary.get("train_reward_last")
+    if first is not None:
+        console.print(f"train reward (sampled): first step {first:.3f} -> last step {last:.3f}")
+    if "generation_eval_baseline" in summary:
+        console.print(f"eval reward (greedy, logged prompts): before training "
+                      f"{summary['generation_eval_baseline']:.3f} -> after {summary['generation_eval_final']:.3f}")
+    if summary.get("eval", {}).get("eval_reward") is not None:
+        console.print(f"eval reward (sampled, eval split): {summary['eval']['eval_reward']:.3f}")
+    console.print(f"adapter, tokenizer, trainer state, metrics_summary.json: {summary['output_dir']}")
+    if "generation_log_dir" in summary:
+        console.print(f"generation logs: {summary['generation_log_dir']}")
+
+
+def print_listings(models: bool, datasets: bool, rewards: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if models:
+        from config.models import MODEL_PRESETS
+
+        table = Table("model", "checkpoint", "GPU memory (Unsloth's published)", "description", title="Models")
+        for name, p in MODEL_PRESETS.items():
+            table.add_row(name, p.hub_id, p.published_vram, p.description)
+        console.print(table)
+    if datasets:
+        from data_loader import DATASETS
+
+        table = Table("dataset", "source", "kind", "default rewards", title="Datasets")
+        for name, spec in DATASETS.items():
+            table.add_row(name, spec.description, spec.kind, spec.default_rewards)
+        console.print(table)
+    if rewards:
+        from rewards import REGISTRY, load_reward_config, reward_preset_names
+
+        table = Table("reward", "what it scores", title="Rewards")
+        for name, cls in REGISTRY.items():
+            table.add_row(name, (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " "))
+        console.print(table)
+        table = Table("reward preset", "description", title="Reward presets (config/rewards/)")
+        for name in reward_preset_names():
+            table.add_row(name, load_reward_config(name)[0].get("description", ""))
+        console.print(table)
+
+
+if __name__ == "__main__":
+    app()

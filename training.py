@@ -1,0 +1,146 @@
+"""The heavy half of a run: load the model, build TRL's GRPOTrainer, train, evaluate, save.
+
+Only reached after the config, data and rewards have been validated, so bad input never costs a model load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from config.errors import UsageError
+from config.loader import trl_kwargs
+from config.schema import GRPORunConfig
+from rewards import RewardSet, build_reward_functions
+
+log = logging.getLogger("grpo")
+
+
+def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: list[float] | None) -> dict[str, Any]:
+    """Everything TRL's GRPOConfig receives (kept separate so tests can check what we hand over)."""
+    kwargs = trl_kwargs(config)
+    evaluate_during = has_eval and config.eval_steps > 0
+    kwargs.update(
+        eval_strategy="steps" if evaluate_during else "no",
+        eval_steps=config.eval_steps if evaluate_during else None,
+        save_strategy="steps" if config.save_steps else "no",
+        save_steps=config.save_steps or 500,
+        save_total_limit=config.save_total_limit or None,
+        report_to=["wandb"] if config.wandb_project else "none",
+        run_name=config.run_name or None,
+        reward_weights=reward_weights,
+        log_completions=False,
+        disable_tqdm=False,
+    )
+    if config.fast_inference:
+        # Unsloth's colocated vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
+        kwargs.setdefault("use_vllm", True)
+    return kwargs
+
+
+def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: RewardSet, backend: str,
+                 resume_from: str | None = None) -> dict[str, Any]:
+    from model_loader import import_backend, load_model
+
+    started = time.perf_counter()
+    backend = import_backend(backend)  # unsloth must be imported before trl / transformers
+    import torch
+    from trl import GRPOConfig, GRPOTrainer
+
+    from callbacks import GenerationLogger, LogLinesCallback
+    from data_loader import filter_long_prompts
+
+    log.info("Backend: %s (torch %s, %s)", backend, torch.__version__,
+             "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads")
+    model, tokenizer = load_model(config, backend)
+    log.info("Model %s loaded in %.1f s", config.model_name, time.perf_counter() - started)
+    train_ds, eval_ds = filter_long_prompts(train_ds, eval_ds, tokenizer, config.max_prompt_length, report)
+    for split, reasons in report.dropped.items():
+        for reason, count in reasons.items():
+            log.info("Dropped %d %s rows: %s", count, split, reason)
+    log.info("Data: %d train prompts, %d eval prompts", len(train_ds), len(eval_ds) if eval_ds is not None else 0)
+
+    reward_funcs, reward_weights = build_reward_functions(reward_set, config.reward_function_type)
+    if config.wandb_project:
+        os.environ["WANDB_PROJECT"] = config.wandb_project
+    args = GRPOConfig(**grpo_config_kwargs(config, eval_ds is not None, reward_weights))
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=args,
+                          train_dataset=train_ds, eval_dataset=eval_ds)
+    trainer.add_callback(LogLinesCallback())
+    generation_logger = None
+    if config.enable_generation_logging:
+        rows_source = eval_ds if eval_ds is not None else train_ds
+        rows = [rows_source[i] for i in range(min(config.max_generation_samples, len(rows_source)))]
+        log_dir = Path(config.generation_log_dir or Path(config.output_dir) / "generation_logs")
+        generation_logger = GenerationLogger(
+            rows, tokenizer, reward_set, log_dir,
+            max_new_tokens=config.generation_max_new_tokens or config.max_completion_length,
+            is_main_process=trainer.is_world_process_zero(),
+        )
+        trainer.add_callback(generation_logger)
+
+    train_started = time.perf_counter()
+    train_result = trainer.train(resume_from_checkpoint=resume_from)
+    train_seconds = time.perf_counter() - train_started
+    eval_metrics: dict[str, Any] = {}
+    if eval_ds is not None and not (config.eval_steps and trainer.state.global_step % config.eval_steps == 0):
+        # Always finish with an evaluation (which also writes the final generation log).
+        eval_metrics = trainer.evaluate()
+    elif eval_ds is None and generation_logger is not None:
+        generation_logger.log_generations(trainer.model, trainer.state.global_step)
+
+    summary = finish(config, trainer, tokenizer, train_result, eval_metrics, generation_logger, backend,
+                     train_seconds, time.perf_counter() - started)
+    return summary
+
+
+def finish(config, trainer, tokenizer, train_result, eval_metrics, generation_logger, backend, train_seconds,
+           total_seconds) -> dict[str, Any]:
+    """Save the adapter, tokenizer, trainer state and a metrics summary; return the summary."""
+    out = Path(config.output_dir)
+    trainer.save_model(str(out))  # LoRA adapter (adapter_model.safetensors + adapter_config.json)
+    trainer.save_state()  # trainer_state.json: the full log history
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(out))
+    train_rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    summary: dict[str, Any] = {
+        "backend": backend,
+        "model": config.model_name,
+        "global_step": trainer.state.global_step,
+        "train_seconds": round(train_seconds, 2),
+        "total_seconds": round(total_seconds, 2),
+        "train_reward_first": train_rewards[0] if train_rewards else None,
+        "train_reward_last": train_rewards[-1] if train_rewards else None,
+        "train_loss": train_result.training_loss,
+        "eval": eval_metrics,
+        "output_dir": str(out),
+    }
+    if generation_logger is not None and generation_logger.history:
+        summary["generation_eval_baseline"] = generation_logger.history[0]["reward_mean"]
+        summary["generation_eval_final"] = generation_logger.history[-1]["reward_mean"]
+        summary["generation_logging_seconds"] = round(generation_logger.seconds, 2)
+        summary["generation_log_dir"] = str(generation_logger.log_dir)
+    if trainer.is_world_process_zero():
+        (out / "metrics_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    if config.save_merged:
+        save_merged(trainer.model, tokenizer, out / "merged_16bit")
+    return summary
+
+
+def save_merged(model, tokenizer, path: Path) -> None:
+    """A merged 16-bit model: Unsloth's helper where the model has it, else PEFT's merge_and_unload."""
+    if hasattr(model, "save_pretrained_merged"):
+        try:
+            model.save_pretrained_merged(str(path), tokenizer, save_method="merged_16bit")
+            log.info("Merged 16-bit model saved to %s", path)
+            return
+        except NotImplementedError as err:
+            raise UsageError(f"--save-merged: {err}") from None
+    merged = model.merge_and_unload()
+    merged.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    log.info("Merged model saved to %s", path)
