@@ -67,7 +67,10 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     reward_funcs, reward_weights = build_reward_functions(reward_set, config.reward_function_type)
     if config.wandb_project:
         os.environ["WANDB_PROJECT"] = config.wandb_project
-    args = GRPOConfig(**grpo_config_kwargs(config, eval_ds is not None, reward_weights))
+    kwargs = grpo_config_kwargs(config, eval_ds is not None, reward_weights)
+    if not torch.cuda.is_available():
+        kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
+    args = GRPOConfig(**kwargs)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=args,
                           train_dataset=train_ds, eval_dataset=eval_ds)
     trainer.add_callback(LogLinesCallback())

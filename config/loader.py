@@ -269,11 +269,14 @@ def check_batch_arithmetic(config: GRPORunConfig, world_size: int = 1) -> None:
     eval_g = config.trl_args.get("num_generations_eval") or g
     eval_batch = config.per_device_eval_batch_size * world_size
     if eval_batch % eval_g:
-        raise UsageError(
-            f"Eval batch {eval_batch} (per_device_eval_batch_size {config.per_device_eval_batch_size} x {world_size} "
-            f"process(es)) is not divisible by num_generations {eval_g}: make per_device_eval_batch_size a multiple "
-            f"of {eval_g}."
-        )
+        # The eval batch decides nothing about training, and the spec's own example config has 2 with groups of 4:
+        # round it up to whole groups, loudly, instead of refusing the file.
+        fixed = -(-eval_batch // eval_g) * eval_g // world_size
+        while (fixed * world_size) % eval_g:
+            fixed += 1
+        log.warning("per_device_eval_batch_size %d x %d process(es) does not hold whole groups of %d completions; "
+                    "using %d for evaluation.", config.per_device_eval_batch_size, world_size, eval_g, fixed)
+        config.per_device_eval_batch_size = fixed
 
 
 def config_to_dict(config: GRPORunConfig) -> dict[str, Any]:

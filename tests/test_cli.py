@@ -1,0 +1,116 @@
+"""The CLI through Typer's CliRunner: help, dry run, and every bad input -> exit 2, one line, nothing written."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from config.schema import FIELDS
+
+
+def test_help_lists_every_option_grouped_in_panels(cli):
+    code, out, _ = cli("--help")
+    assert code == 0
+    for option in ("--model", "--config", "--quick-test", "--production", "--max-samples", "--epochs",
+                   "--learning-rate", "--batch-size", "--output-dir", "--dry-run", "--set", "--dataset",
+                   "--custom-data", "--dataset-path", "--reward-function", "--reward-config", "--score-completions",
+                   "--disable-generation-logging", "--max-generation-samples", "--wandb-project", "--no-wandb",
+                   "--resume-from-checkpoint", "--save-merged"):
+        assert option in out, option
+    for panel in ("Model", "Data", "Rewards", "Training", "Logging"):
+        assert panel in out
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = ("import sys, runpy; sys.argv = ['train_grpo.py', '--help']\n"
+            "try:\n    runpy.run_path('train_grpo.py', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'trl', 'unsloth', 'transformers', 'datasets') if m in sys.modules]\n"
+            "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
+
+
+def test_dry_run_prints_the_effective_config_as_json_and_loads_no_model(cli, tmp_path):
+    code, out, err = cli("--quick-test", "--dry-run", "--set", "num_generations=2", "--output-dir", str(tmp_path / "o"))
+    assert code == 0, err
+    document = json.loads(out)  # stdout is one JSON document; logs went to stderr
+    assert document["config"]["num_generations"] == 2
+    assert document["config"]["model_name"] == "smollm2-135m"
+    assert set(document["config"]) >= set(FIELDS)
+    assert document["dataset"]["rows"]["train"] == 64
+    assert document["rewards"]["components"] == ["accuracy"]
+    assert not (tmp_path / "o").exists()  # a dry run writes nothing
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "llama-9000"], "Unknown model 'llama-9000'"),
+        (["--model", "./no/such/dir"], "does not exist"),
+        (["--config", "/no/such.json"], "does not exist"),
+        (["--dataset", "imagenet"], "Unknown dataset 'imagenet'. Valid datasets: ultrafeedback"),
+        (["--reward-preset", "nope"], "Unknown reward preset 'nope'"),
+        (["--set", "num_generations=3"], "not divisible by num_generations 3"),
+        (["--set", "nonsense"], "write it as key=value"),
+        (["--quick-test", "--production"], "choose one"),
+        (["--max-generation-samples", "0"], "at least 1"),
+        (["--resume-from-checkpoint", "/no/such/checkpoint"], "does not exist"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(cli, tmp_path, args, message):
+    out_dir = tmp_path / "out"
+    code, out, err = cli("--quick-test", "--output-dir", str(out_dir), *args) if "--production" not in args \
+        else cli(*args)
+    assert code == 2, (out, err)
+    assert message in err
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
+    assert "Traceback" not in err
+    assert not out_dir.exists()
+
+
+def test_invalid_json_config_says_where(cli, tmp_path):
+    path = _write(tmp_path, "bad.json", '{"learning_rate": 1e-5,\n "seed": }')
+    code, _, err = cli("--config", path, "--dry-run")
+    assert code == 2
+    assert "not valid JSON" in err and "line 2" in err
+
+
+def test_wrong_type_in_config_file(cli, tmp_path):
+    code, _, err = cli("--config", _write(tmp_path, "c.json", '{"learning_rate": "fast"}'), "--dry-run")
+    assert code == 2 and "'learning_rate' must be float, not 'fast'" in err
+
+
+def test_unknown_key_names_the_nearest(cli, tmp_path):
+    code, _, err = cli("--config", _write(tmp_path, "c.json", '{"num_generation": 8}'), "--dry-run")
+    assert code == 2 and "Did you mean 'num_generations'" in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_output_dir(cli, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    code, _, err = cli("--quick-test", "--output-dir", str(locked / "run"))
+    assert code == 2 and "not writable" in err
+
+
+def test_output_dir_under_a_file_is_refused(cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = cli("--quick-test", "--output-dir", str(blocker / "run"))
+    assert code == 2 and "not writable" in err
+
+
+def test_listings(cli):
+    code, out, _ = cli("--list-models", "--list-datasets", "--list-rewards")
+    assert code == 0
+    for name in ("qwen2.5-7b", "smollm2-135m", "gsm8k", "hh_rlhf", "accuracy", "similarity", "balanced"):
+        assert name in out

@@ -1,0 +1,125 @@
+"""Config: presets, precedence, the spec's example file, bad input -> exit 2 with one line."""
+
+import json
+import logging
+
+import pytest
+
+from config import (
+    MODEL_PRESETS,
+    build_config,
+    create_default_config,
+    load_config_file,
+    preset_names,
+    save_config_to_file,
+    trl_kwargs,
+)
+from config.errors import UsageError
+from config.loader import PRESET_DIR, trl_field_names
+from config.schema import FIELDS
+
+SPEC_EXAMPLE = {
+    "model_name": "unsloth/llama-3.1-8b-bnb-4bit", "max_seq_length": 2048, "learning_rate": 5e-7,
+    "num_train_epochs": 3, "per_device_train_batch_size": 2, "per_device_eval_batch_size": 2,
+    "gradient_accumulation_steps": 4, "max_samples": 1000, "output_dir": "./grpo_outputs", "beta": 0.1,
+    "gamma": 1.0, "group_size": 4, "reward_function_type": "systematic", "reward_config_name": "balanced",
+}
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_shipped_preset_validates_and_says_what_it_is_for(name):
+    data = json.loads((PRESET_DIR / f"{name}.json").read_text())
+    assert data.get("description"), f"preset {name} needs a description"
+    config = build_config(preset=name)
+    assert config.description == data["description"]
+
+
+def test_presets_include_the_three_the_spec_names():
+    assert {"quick_test", "default", "production"} <= set(preset_names())
+
+
+def test_every_trl_field_we_declare_exists_in_the_installed_grpo_config():
+    from trl import GRPOConfig
+
+    names = trl_field_names()
+    import dataclasses
+
+    real = {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert names == real  # reading the source finds exactly GRPOConfig's fields
+    assert [n for n, f in FIELDS.items() if f.metadata["trl"] and n not in real] == []
+
+
+def test_default_config_becomes_a_real_grpo_config():
+    from trl import GRPOConfig
+
+    config = create_default_config("qwen2.5-7b", "gsm8k")
+    args = GRPOConfig(**trl_kwargs(config), use_cpu=True)  # no GPU here
+    assert args.num_generations == config.num_generations
+    assert args.learning_rate == config.learning_rate
+
+
+def test_precedence_defaults_then_preset_then_file_then_flags_then_set(tmp_path):
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps({"learning_rate": 1e-4, "lora_r": 8, "seed": 1}))
+    config = build_config(preset="quick_test", config_file=str(file), flags={"lora_r": 4, "seed": None},
+                          overrides=["seed=9"])
+    assert config.model_name == "smollm2-135m"  # from the preset (the default is llama-3.1-8b)
+    assert config.learning_rate == 1e-4  # file beats preset (2e-5)
+    assert config.lora_r == 4  # flag beats file
+    assert config.seed == 9  # --set beats all; an unset flag (None) does not override
+    assert config.max_seq_length == 256  # preset beats the built-in 2048
+
+
+def test_spec_example_config_loads_with_alias_and_no_effect_warning(tmp_path, caplog):
+    file = tmp_path / "spec.json"
+    file.write_text(json.dumps(SPEC_EXAMPLE))
+    logger = logging.getLogger("grpo")  # the CLI stops it propagating to the root, so listen on it directly
+    logger.addHandler(caplog.handler)
+    try:
+        config = load_config_file(file)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert config.num_generations == 4  # group_size
+    assert config.reward_function_type == "multi"  # 'systematic'
+    assert config.beta == 0.1 and config.learning_rate == 5e-7
+    assert any("'gamma' has no effect" in r.message for r in caplog.records)
+    # eval batch 2 cannot hold a group of 4: rounded up to 4, with a warning, rather than refusing the spec's file
+    assert config.per_device_eval_batch_size == 4
+    assert any("using 4 for evaluation" in r.getMessage() for r in caplog.records)
+
+
+def test_python_api_round_trips_through_a_file(tmp_path):
+    config = create_default_config("llama-3.1-8b", "ultrafeedback")
+    config.learning_rate = 3e-6
+    config.trl_args["top_p"] = 0.9
+    path = save_config_to_file(config, tmp_path / "my_config.json")
+    assert load_config_file(path) == config
+
+
+def test_set_accepts_any_grpo_config_field_and_passes_it_on():
+    config = build_config(preset="default", overrides=["top_k=20", "mask_truncated_completions=true"])
+    assert trl_kwargs(config)["top_k"] == 20
+    assert trl_kwargs(config)["mask_truncated_completions"] is True
+
+
+@pytest.mark.parametrize(
+    "layer, message",
+    [
+        ({"learning_rat": 1e-5}, "Did you mean 'learning_rate'"),  # misspelt key -> nearest valid
+        ({"learning_rate": "fast"}, "'learning_rate' must be float"),  # wrong type
+        ({"num_generations": 3}, "not divisible by num_generations 3"),  # 8 completions, groups of 3
+        ({"num_generations": 1}, "needs at least 2"),
+        ({"reward_function_type": "both"}, "must be one of 'single', 'multi'"),
+        ({"max_generation_samples": 0}, "at least 1"),
+        ({"trl_args": {"not_a_field": 1}}, "not a field of TRL's GRPOConfig"),
+    ],
+)
+def test_bad_config_values_fail_with_the_fix(tmp_path, layer, message):
+    file = tmp_path / "bad.json"
+    file.write_text(json.dumps(layer))
+    with pytest.raises(UsageError, match=message):
+        build_config(preset="default", config_file=str(file))
+
+
+def test_model_presets_cover_the_spec():
+    assert {"llama-3.1-8b", "llama-3.1-70b", "gemma-2-9b", "qwen2.5-7b", "smollm2-135m"} <= set(MODEL_PRESETS)
