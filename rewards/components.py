@@ -88,7 +88,8 @@ class Accuracy(RewardComponent):
 @dataclass
 class Format(RewardComponent):
     """Reasoning/answer structure. 'strict': the whole completion is <think>…</think> then <answer>…</answer>
-    (each on its own lines) -> 1.0; 'soft': both blocks appear in that order anywhere -> 1.0; 'tags': 0.25 for each
+    (each on its own lines) -> 1.0; 'soft': both blocks appear anywhere, in that order, separated only by
+    whitespace -> 1.0; 'tags': 0.25 for each
     of the four tags that appears exactly once (partial credit while the model learns the format).
 
     Example (soft): "<think>2+2</think> <answer>4</answer>" -> 1.0; "4" -> 0.0

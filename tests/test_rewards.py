@@ -1,0 +1,225 @@
+"""Rewards: known inputs -> known scores for every component, TRL's contract, single vs multi, the preview."""
+
+import json
+import pickle
+
+import pytest
+
+from config.errors import UsageError
+from rewards import (
+    REGISTRY,
+    WeightedSum,
+    build_reward_functions,
+    load_reward_config,
+    parse_reward_config,
+    reward_preset_names,
+    score_rows,
+)
+from rewards.components import Accuracy, Format, Length, Quality, Repetition, Similarity, extract_final_answer
+
+CONFIG_FILE = "config/reward_config.json"
+
+
+def conv(text):
+    return [{"role": "assistant", "content": text}]
+
+
+@pytest.mark.parametrize(
+    "completion, answer, expected",
+    [
+        ("The answer is 72.", "72", 1.0),  # last number
+        ("48 + 24 = 72", "72", 1.0),  # last number after working
+        ("It is 1,234 dollars", "1234", 1.0),  # commas removed
+        ("$18", "18", 1.0),  # currency sign ignored
+        ("so \\boxed{42} and then 7", "42", 1.0),  # \boxed beats a later number
+        ("<answer>3.50</answer> maybe 4", "3.5", 1.0),  # <answer> tag wins, numbers compared as numbers
+        ("72 is wrong, it is 73", "72", 0.0),  # final answer is 73
+        ("no idea", "72", 0.0),  # no number at all
+        ("-5", "-5", 1.0),  # negative numbers
+    ],
+)
+def test_accuracy_against_reference_answers(completion, answer, expected):
+    assert Accuracy()(completions=[conv(completion)], answer=[answer]) == [expected]
+
+
+def test_accuracy_partial_credit_and_keywords_and_not_applicable():
+    # the right number appears, but not as the final answer -> partial credit
+    assert Accuracy(partial_credit=0.25)(completions=["72 then 80"], answer=["72"]) == [0.25]
+    # no answer column: the fraction of correct keywords, any language (Korean here)
+    assert Accuracy(correct_keywords=["따라서", "because"])(completions=["따라서 답은 4"]) == [0.5]
+    # neither: None, which TRL skips
+    assert Accuracy()(completions=["anything"]) == [None]
+
+
+@pytest.mark.parametrize(
+    "mode, text, expected",
+    [
+        ("strict", "<think>\nadd\n</think>\n<answer>\n4\n</answer>", 1.0),  # exact layout
+        ("strict", "<think>add</think><answer>4</answer>", 0.0),  # missing newlines fails strict
+        ("soft", "ok <think>add</think>\n <answer>4</answer>", 1.0),  # soft: both blocks, in order, anywhere
+        ("soft", "<think>add</think> so <answer>4</answer>", 0.0),  # soft still wants them adjacent
+        ("soft", "<answer>4</answer><think>add</think>", 0.0),  # wrong order
+        ("tags", "<think>add</think>", 0.5),  # two of four tags
+        ("tags", "<think><think></think><answer>4</answer>", 0.75),  # a duplicated tag earns nothing
+    ],
+)
+def test_format(mode, text, expected):
+    assert Format(mode=mode)(completions=[text]) == [expected]
+
+
+def test_length_closeness_and_overlong_penalty():
+    # 15 words vs optimal 10 -> 1 - 5/10
+    assert Length(optimal_length=10)(completions=[" ".join(["w"] * 15)]) == [0.5]
+    # the spec's length_weight scales the component
+    assert Length(optimal_length=10, length_weight=2.0)(completions=[" ".join(["w"] * 10)]) == [2.0]
+    # 30 words vs optimal 10 -> floored at 0
+    assert Length(optimal_length=10)(completions=[" ".join(["w"] * 30)]) == [0.0]
+    # DAPO soft overlong: limit 20, buffer 8 -> 18 tokens is 6 into the buffer -> -0.75
+    scored = Length(optimal_length=1, overlong_buffer=8, max_completion_length=20)(
+        completions=["w"], completion_ids=[list(range(18))])
+    assert scored == [pytest.approx(1.0 - 0.75)]
+
+
+@pytest.mark.parametrize(
+    "text, ngram, expected",
+    [
+        ("a b a b a b", 2, -0.6),  # 5 bigrams, 2 distinct
+        ("the cat sat on the mat", 2, 0.0),  # no repeated bigram
+        ("one", 3, 0.0),  # too short to have n-grams
+    ],
+)
+def test_repetition(text, ngram, expected):
+    assert Repetition(ngram=ngram)(completions=[text]) == [pytest.approx(expected)]
+
+
+def test_quality_keywords_in_korean_and_english_from_the_spec_config():
+    data, source = load_reward_config(path=CONFIG_FILE)
+    quality = next(c for c in parse_reward_config(data, source).components if c.__name__ == "quality")
+    # one quality keyword (Korean) -> +reward_scale 1.0
+    assert quality(completions=["예를 들어 이렇게 합니다"]) == [1.0]
+    # one negative keyword (Korean) -> -penalty_scale 0.5
+    assert quality(completions=["모르겠습니다"]) == [-0.5]
+    # two quality, one negative -> 2 - 0.5, clipped to 1
+    assert quality(completions=["for example, step one; as an AI"]) == [1.0]
+    assert Quality(quality_keywords=["x"], clip=[])(completions=["x"]) == [0.5]
+
+
+def test_similarity_prefers_chosen_over_rejected():
+    sim = Similarity()
+    scores = sim(completions=["the cat sat on the mat", "dogs run very fast", "unrelated words"],
+                 chosen=["the cat sat on the mat"] * 3, rejected=["dogs run very fast"] * 3)
+    assert scores[0] == pytest.approx(1.0)  # identical to chosen, nothing in common with rejected
+    assert scores[1] == pytest.approx(-1.0)  # identical to rejected
+    assert scores[2] == pytest.approx(0.0)
+    assert sim(completions=["x"]) == [None]  # no reference: not scored
+
+
+def test_similarity_embedding_backend_loads_offline():
+    sim = Similarity(backend="embedding")
+    close, far = sim(completions=["A kitten is sitting on the rug.", "Stock markets fell sharply today."],
+                     chosen=["The cat sat on the mat."] * 2, rejected=["The economy had a bad day."] * 2)
+    assert close > 0 > far
+
+
+def test_scale_and_clip_apply_to_any_component():
+    assert Repetition(ngram=2, scale=2.0)(completions=["a b a b a b"]) == [pytest.approx(-1.2)]
+    assert Repetition(ngram=2, scale=2.0, clip=[-1.0, 1.0])(completions=["a b a b a b"]) == [-1.0]
+
+
+def test_extract_final_answer():
+    assert extract_final_answer("x <answer> 12 </answer>") == "12"
+    assert extract_final_answer("nothing") is None
+
+
+@pytest.mark.parametrize("name", reward_preset_names())
+def test_every_reward_preset_parses_and_describes_itself(name):
+    data, source = load_reward_config(name)
+    assert data.get("description")
+    assert parse_reward_config(data, source).components
+
+
+def test_contract_names_pickling_extra_columns_one_value_each():
+    data, source = load_reward_config(path=CONFIG_FILE)
+    reward_set = parse_reward_config(data, source)
+    funcs, weights = build_reward_functions(reward_set, "multi")
+    assert [f.__name__ for f in funcs] == ["accuracy", "length", "quality"]  # stable metric names
+    assert weights == [0.5, 0.2, 0.3]
+    for f in [*funcs, WeightedSum(reward_set)]:
+        clone = pickle.loads(pickle.dumps(f))  # TRL / multiprocessing may pickle reward functions
+        out = clone(prompts=["p", "p"], completions=[conv("because step"), conv("x")],
+                    trainer_state=None, log_metric=None, unrelated_column=[1, 2])  # extra kwargs are ignored
+        assert len(out) == 2
+
+
+def test_single_and_multi_give_the_same_weighted_total():
+    data, source = load_reward_config(path=CONFIG_FILE)
+    reward_set = parse_reward_config(data, source)
+    completions = [conv("because, for example, step by step"), conv("I don't know"), conv("따라서 " * 100)]
+    (single,), _ = build_reward_functions(reward_set, "single")
+    multi, weights = build_reward_functions(reward_set, "multi")
+    per = [f(completions=completions) for f in multi]
+    # TRL's total for multi: sum_i weight_i * reward_i (None counts as 0 in TRL's nansum)
+    totals = [sum(w * (col[j] or 0.0) for w, col in zip(weights, per, strict=True)) for j in range(len(completions))]
+    assert single(completions=completions) == pytest.approx(totals)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"acuracy_weight": 1.0}, "Did you mean 'accuracy_weight'"),  # misspelt component
+        ({"accuracy_weight": "high"}, "'accuracy_weight' must be a number"),
+        ({"format": {"mode": "soft"}}, "has settings but no 'format_weight'"),
+        ({"length_weight": 1, "length": {"optimal_lenght": 5}}, "Did you mean 'optimal_length'"),
+        ({"length_weight": 1, "length": {"optimal_length": "long"}}, "must be a int"),
+        ({"accuracy_weight": 0}, "no reward has a non-zero weight"),
+        ({"repetition_weight": 1, "repetition": {"clip": [1, -1]}}, "low <= high"),
+        ({"custom_weight": 1, "custom": {"function": "no_such_module:f"}}, "cannot import"),
+        ({"custom_weight": 1, "custom": {"function": "tests.fixtures.user_rewards:NOT_CALLABLE"}}, "not callable"),
+        ({"custom_weight": 1, "custom": {"function": "tests.fixtures.user_rewards"}}, "module.path:function"),
+    ],
+)
+def test_bad_reward_configs(config, message):
+    with pytest.raises(UsageError, match=message):
+        parse_reward_config(config, "test config")
+
+
+def test_custom_reward_by_dotted_path_and_runtime_checks():
+    reward_set = parse_reward_config({"accuracy_weight": 1}, "t", ["tests.fixtures.user_rewards:mentions_cat"])
+    assert reward_set.names == ["accuracy", "mentions_cat"]
+    funcs, _ = build_reward_functions(reward_set, "multi")
+    assert funcs[1](completions=[conv("a cat"), conv("a dog")]) == [1.0, 0.0]
+    for bad, message in (("too_few", "returned 1 values for 2"), ("not_numbers", "returned 'high'")):
+        broken = parse_reward_config({"accuracy_weight": 1}, "t", [f"tests.fixtures.user_rewards:{bad}"])
+        (single,), _ = build_reward_functions(broken, "single")
+        with pytest.raises(UsageError, match=message):
+            single(completions=[conv("a"), conv("b")])
+
+
+def test_score_rows_flags_zero_variance_groups():
+    reward_set = parse_reward_config({"accuracy_weight": 1.0}, "t")
+    rows = [{"prompt": "2+2?", "completions": ["4", "4"], "answer": "4"},
+            {"prompt": "2+2?", "completions": ["4", "5"], "answer": "4"},
+            {"prompt": "2+2?", "completion": "5", "answer": "4"}]
+    first, second, third = score_rows(reward_set, rows)
+    assert first["zero_variance"] and first["group_std"] == 0.0
+    assert not second["zero_variance"] and second["group_mean"] == 0.5
+    assert third["total"] == 0.0 and third["scores"] == {"accuracy": 0.0}
+
+
+def test_score_completions_through_the_cli(cli, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("\n".join(json.dumps(r) for r in [
+        {"prompt": "Why?", "completion": "because, for example, step one"},
+        {"prompt": "Why?", "completions": ["I don't know", "I don't know"]},
+    ]) + "\n")
+    code, out, err = cli("--score-completions", str(samples), "--reward-function", "multi",
+                         "--reward-config", CONFIG_FILE)
+    assert code == 0, err
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert set(first["scores"]) == {"accuracy", "length", "quality"}
+    assert first["scores"]["quality"] == 1.0
+    assert second["zero_variance"] is True
+
+
+def test_registry_names_match_component_names():
+    assert all(cls.name == key for key, cls in REGISTRY.items())
