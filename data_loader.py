@@ -510,6 +510,11 @@ def load_grpo_dataset(
                 raise _hub_error(dataset, spec.hub_id, err) from None
             report = DatasetReport(source=spec.hub_id, format=spec.kind)
 
+    if eval_split is None and eval_fraction > 0 and len(raw[train_split]) >= 10:
+        # No test split: hold out a fraction of the raw rows before any capping, so --max-samples does not shrink it.
+        parts = raw[train_split].train_test_split(test_size=eval_fraction, seed=seed)
+        raw = datasets.DatasetDict({"train": parts["train"], "heldout": parts["test"]})
+        train_split, eval_split = "train", "heldout"
     train = raw[train_split].shuffle(seed=seed)
     if max_samples:
         # Cap before mapping (with headroom for drops) so a 1000-row run over a 60k-row set maps ~1000 rows.
@@ -521,9 +526,6 @@ def load_grpo_dataset(
         if max_eval_samples:
             evaluation = evaluation.select(range(min(len(evaluation), int(max_eval_samples * 1.2) + 16)))
         evaluation = _map_split(evaluation, formatter, system_prompt, "eval", report)
-    elif eval_fraction > 0 and len(train) >= 10:
-        parts = train.train_test_split(test_size=eval_fraction, seed=seed)
-        train, evaluation = parts["train"], parts["test"]
     if evaluation is not None:
         # Held-out prompts are never trained on, even when a source repeats a prompt across splits.
         held_out = {json.dumps(p, sort_keys=True) for p in evaluation["prompt"]}

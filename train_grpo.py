@@ -153,15 +153,15 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
 
     config = build_config(preset, config_file, flags, overrides)
     resolve_model_name(config.model_name)
-    reward_set = build_rewards(config)
 
     if score_completions is not None:
-        preview_rewards(reward_set, score_completions)
+        preview_rewards(build_rewards(config), score_completions)
         return
 
     out = check_output_dir(config.output_dir)
     resume_from = resolve_checkpoint(resume_from_checkpoint, out) if resume_from_checkpoint else None
     train_ds, eval_ds, report = load_data(config)
+    reward_set = build_rewards(config, report.format)
     from rewards import check_columns
 
     check_columns(reward_set, set(train_ds.column_names), report.source)
@@ -186,14 +186,17 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     print_summary(summary)
 
 
-def build_rewards(config):
+def build_rewards(config, data_format: str = ""):
+    """The reward set: the config's file or preset, else the data's default (exact answers -> math)."""
     from data_loader import DATASETS
     from rewards import load_reward_config, parse_reward_config
 
     name = config.reward_config_name
     if not name and not config.reward_config:
-        name = DATASETS[config.dataset].default_rewards if config.dataset in DATASETS and not config.custom_data \
-            else "balanced"
+        if config.custom_data:
+            name = "math" if data_format == "qa" else "balanced"
+        else:
+            name = DATASETS[config.dataset].default_rewards if config.dataset in DATASETS else "balanced"
     data, source = load_reward_config(name, config.reward_config)
     return parse_reward_config(data, source, config.custom_rewards, config.max_completion_length)
 

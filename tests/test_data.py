@@ -1,0 +1,256 @@
+"""Datasets: each formatter on inline rows, the real files in ../shared/data through the CLI, hub-layout
+directories, custom JSONL formats, and every bad input."""
+
+import gzip
+import json
+
+import pytest
+from conftest import GSM8K_FILE, HH_FILE
+
+from config.errors import UsageError
+from data_loader import (
+    arithmetic_rows,
+    format_gsm8k,
+    format_hh_rlhf,
+    format_summarize,
+    format_ultrafeedback,
+    format_ultrafeedback_large,
+    load_grpo_dataset,
+    parse_hh_transcript,
+)
+
+
+def test_hh_rlhf_multi_turn_keeps_every_earlier_turn():
+    row = {
+        "chosen": "\n\nHuman: Hi\n\nAssistant: Hello!\n\nHuman: How do I bake bread?\n\nAssistant: Mix flour and water.",
+        "rejected": "\n\nHuman: Hi\n\nAssistant: Hello!\n\nHuman: How do I bake bread?\n\nAssistant: No.",
+    }
+    mapped, reason = format_hh_rlhf(row)
+    assert reason is None
+    assert mapped["prompt"] == [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "How do I bake bread?"},
+    ]
+    assert mapped["chosen"] == "Mix flour and water." and mapped["rejected"] == "No."
+    # a transcript that ends on the human turn has no reply to compare
+    assert format_hh_rlhf({"chosen": "\n\nHuman: hi", "rejected": "\n\nHuman: hi"}) == (None, "no final assistant reply")
+    assert parse_hh_transcript("\n\nHuman: a\n\nAssistant: b") == [
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+
+
+def test_ultrafeedback_binarized_multi_turn():
+    row = {
+        "prompt": "Q2", "prompt_id": "abc",
+        "chosen": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
+                   {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "good"}],
+        "rejected": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"},
+                     {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "bad"}],
+    }
+    mapped, _ = format_ultrafeedback(row)
+    assert mapped == {"id": "abc", "prompt": row["chosen"][:3], "chosen": "good", "rejected": "bad"}
+
+
+def test_ultrafeedback_large_binarises_highest_vs_lowest():
+    row = {"source": "s", "instruction": "Write a poem", "completions": [
+        {"response": "mid", "overall_score": 6}, {"response": "best", "overall_score": 9},
+        {"response": "worst", "overall_score": 2}]}
+    mapped, _ = format_ultrafeedback_large(row)
+    assert (mapped["chosen"], mapped["rejected"]) == ("best", "worst")
+    tied = {"instruction": "x", "completions": [{"response": "a", "overall_score": 5}, {"response": "b", "overall_score": 5}]}
+    assert format_ultrafeedback_large(tied) == (None, "all completions tied")
+
+
+def test_summarize_builds_a_tldr_prompt_and_picks_the_labellers_choice():
+    row = {"info": {"id": "t1", "post": "My cat ate my homework.", "title": "Help", "subreddit": "tifu"},
+           "summaries": [{"text": " cat ate homework"}, {"text": "a thing happened"}], "choice": 0}
+    mapped, _ = format_summarize(row)
+    content = mapped["prompt"][0]["content"]
+    assert content.startswith("SUBREDDIT: r/tifu\nTITLE: Help\nPOST: My cat ate my homework.")
+    assert content.endswith("TL;DR summary of the post above.")
+    assert (mapped["chosen"], mapped["rejected"]) == ("cat ate homework", "a thing happened")
+
+
+def test_gsm8k_answer_after_hashes_without_commas():
+    mapped, _ = format_gsm8k({"question": "How many?", "answer": "Work...\n#### 1,234"})
+    assert mapped["answer"] == "1234" and mapped["prompt"] == [{"role": "user", "content": "How many?"}]
+    assert format_gsm8k({"question": "q", "answer": "no marker"}) == (None, "no '####' final answer")
+
+
+def test_arithmetic_held_out_pairs_never_appear_in_training():
+    train, held_out = arithmetic_rows(500, 20, seed=3)
+    assert len(held_out) == 20 and len(train) == 500
+    assert not {r["question"] for r in train} & {r["question"] for r in held_out}
+
+
+def test_real_hh_rlhf_file_through_the_cli(cli):
+    code, out, err = cli("--dataset", "hh_rlhf", "--dataset-path", str(HH_FILE), "--model", "smollm2-135m",
+                         "--dry-run", "--set", "max_samples=0")
+    assert code == 0, err
+    report = json.loads(out)["dataset"]
+    assert report["rows"]["train"] + report["rows"]["eval"] + sum(
+        sum(d.values()) for d in report["dropped"].values()) >= 390  # 400 real rows, all accounted for
+    example = report["examples"][0]
+    assert example["prompt"][-1]["role"] == "user" and example["chosen"] and example["rejected"]
+
+
+def test_real_hh_rlhf_gzipped_local_file(tmp_path):
+    gz = tmp_path / "test.jsonl.gz"
+    with gzip.open(gz, "wt") as handle:
+        handle.write(HH_FILE.read_text())
+    train, evaluation, report = load_grpo_dataset("hh_rlhf", dataset_path=str(gz), eval_fraction=0.1)
+    assert len(train) + len(evaluation) + sum(report.dropped.get("train", {}).values()) == 400
+    assert set(train.column_names) == {"id", "prompt", "chosen", "rejected"}
+
+
+def test_real_gsm8k_file_as_custom_data_through_the_cli(cli):
+    code, out, err = cli("--custom-data", str(GSM8K_FILE), "--model", "smollm2-135m", "--dry-run",
+                         "--max-samples", "100")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["dataset"]["format"] == "qa"
+    assert document["dataset"]["rows"]["train"] == 100
+    assert document["rewards"]["components"] == ["accuracy", "format", "length"]  # exact answers -> 'math' preset
+    assert document["dataset"]["examples"][0]["answer"].lstrip("-").isdigit()
+
+
+def test_gsm8k_preset_from_a_local_jsonl(tmp_path):
+    train, evaluation, report = load_grpo_dataset("gsm8k", dataset_path=str(GSM8K_FILE), max_samples=50,
+                                                  max_eval_samples=10)
+    assert len(train) == 50 and len(evaluation) == 10
+    assert not set(train["id"]) & set(evaluation["id"])
+
+
+def _hub_layout(tmp_path, subdir, split_rows):
+    """A directory laid out as the hub serves it: <config>/<split>-00000-of-00001.parquet."""
+    import datasets
+
+    root = tmp_path / "hub"
+    (root / subdir).mkdir(parents=True)
+    for split, rows in split_rows.items():
+        datasets.Dataset.from_list(rows).to_parquet(str(root / subdir / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+def test_ultrafeedback_from_a_hub_layout_directory(tmp_path):
+    def row(i):
+        return {"prompt": f"Q{i}", "prompt_id": f"id{i}",
+                "chosen": [{"role": "user", "content": f"Q{i}"}, {"role": "assistant", "content": "good"}],
+                "rejected": [{"role": "user", "content": f"Q{i}"}, {"role": "assistant", "content": "bad"}],
+                "score_chosen": 8.0, "score_rejected": 2.0}
+    root = _hub_layout(tmp_path, "data", {"train_prefs": [row(i) for i in range(30)],
+                                          "test_prefs": [row(i) for i in range(30, 40)]})
+    train, evaluation, _ = load_grpo_dataset("ultrafeedback", dataset_path=str(root))
+    assert len(train) == 30 and len(evaluation) == 10  # the preset's own splits, found by name
+
+
+def test_summarize_from_a_hub_layout_directory_with_its_config_subfolder(tmp_path):
+    def row(i):
+        return {"info": {"id": str(i), "post": f"post {i}", "title": "t", "subreddit": "r", "article": None,
+                         "site": None},
+                "summaries": [{"text": f"s{i}a", "policy": "p", "note": None},
+                              {"text": f"s{i}b", "policy": "p", "note": None}],
+                "choice": i % 2}
+    root = _hub_layout(tmp_path, "comparisons", {"train": [row(i) for i in range(20)],
+                                                 "validation": [row(i) for i in range(20, 25)]})
+    train, evaluation, _ = load_grpo_dataset("openai_summarize", dataset_path=str(root))
+    assert len(train) == 20 and len(evaluation) == 5
+    assert train[0]["chosen"].startswith("s")
+
+
+def _jsonl(tmp_path, rows, name="data.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "rows, fmt, columns",
+    [
+        ([{"prompt": "p", "chosen": "c", "rejected": "r"}], "preference", {"chosen", "rejected"}),  # the spec's
+        ([{"prompt": [{"role": "user", "content": "p"}], "chosen": [{"role": "assistant", "content": "c"}],
+           "rejected": [{"role": "assistant", "content": "r"}]}], "preference", {"chosen", "rejected"}),
+        ([{"messages": [{"role": "user", "content": "p"}, {"role": "assistant", "content": "c"}]}], "messages",
+         {"chosen"}),
+        ([{"question": "2+2?", "answer": "4"}], "qa", {"answer"}),
+        ([{"prompt": "2+2?", "answer": "#### 4"}], "qa", {"answer"}),
+        ([{"chosen": "\n\nHuman: p\n\nAssistant: c", "rejected": "\n\nHuman: p\n\nAssistant: r"}], "hh",
+         {"chosen", "rejected"}),
+        ([{"prompt": "just a prompt"}], "prompt", set()),
+    ],
+)
+def test_custom_jsonl_formats_are_detected(tmp_path, rows, fmt, columns):
+    train, _, report = load_grpo_dataset(custom_data=_jsonl(tmp_path, rows * 4), eval_fraction=0)
+    assert report.format == fmt
+    assert set(train.column_names) == {"id", "prompt"} | columns
+    assert train[0]["prompt"][-1] == {"role": "user", "content": train[0]["prompt"][-1]["content"]}
+
+
+def test_custom_field_names_and_system_prompt(tmp_path):
+    path = _jsonl(tmp_path, [{"instruction": "Say hi", "target": "hi"}] * 3)
+    from data_loader import FieldNames
+
+    train, _, _ = load_grpo_dataset(custom_data=path, eval_fraction=0, system_prompt="Be brief.",
+                                    field_names=FieldNames(prompt="instruction", answer="target"))
+    assert train[0]["prompt"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
+    assert train[0]["answer"] == "hi"
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (['{"prompt": "a", "answer": "1"}', "{not json"], "data.jsonl:2: not valid JSON"),
+        ([{"text": "no usable field"}], "data.jsonl:1: no usable fields (found text)"),
+        ([{"prompt": "a", "answer": "1"}, {"prompt": "b", "chosen": "c", "rejected": "r"}],
+         "data.jsonl:2: this row is in the 'preference' format but the file started with 'qa'"),
+        (["[1, 2]"], "data.jsonl:1: each line must be a JSON object"),
+        ([], "has no rows"),
+    ],
+)
+def test_bad_custom_files(tmp_path, rows, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_grpo_dataset(custom_data=_jsonl(tmp_path, rows) if rows else _empty(tmp_path))
+
+
+def _empty(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n")
+    return str(path)
+
+
+def test_rows_that_cannot_be_mapped_are_counted_not_silently_dropped(tmp_path):
+    rows = [{"prompt": "p", "chosen": "c", "rejected": "r"}] * 5 + [{"prompt": "", "chosen": "c", "rejected": "r"}] * 2
+    train, _, report = load_grpo_dataset(custom_data=_jsonl(tmp_path, rows), eval_fraction=0)
+    assert len(train) == 5
+    assert report.dropped == {"train": {"empty or malformed prompt": 2}}
+
+
+def test_everything_filtered_out_is_an_error(tmp_path):
+    with pytest.raises(UsageError, match="training set is empty.*empty or malformed prompt: 3"):
+        load_grpo_dataset(custom_data=_jsonl(tmp_path, [{"prompt": " "}] * 3), eval_fraction=0)
+
+
+def test_missing_files_and_offline_hub(cli, tmp_path):
+    code, _, err = cli("--custom-data", str(tmp_path / "nope.jsonl"), "--dry-run")
+    assert code == 2 and "does not exist" in err
+    code, _, err = cli("--dataset", "hh_rlhf", "--dataset-path", str(tmp_path / "nope"), "--dry-run")
+    assert code == 2 and "does not exist" in err
+    # HF_HUB_OFFLINE=1 in tests: a hub dataset cannot load, and the message says what to do instead
+    code, _, err = cli("--dataset", "gsm8k", "--dry-run")
+    assert code == 2 and "--dataset-path" in err and "openai/gsm8k" in err
+
+
+def test_preference_rewards_refuse_data_without_references(cli, tmp_path):
+    path = _jsonl(tmp_path, [{"prompt": "p"}] * 5)
+    code, _, err = cli("--custom-data", path, "--reward-preset", "balanced", "--dry-run")
+    assert code == 2 and "Reward 'similarity' needs the column(s) chosen" in err
+
+
+def test_python_api_create_grpo_dataloader():
+    from data_loader import create_grpo_dataloader
+
+    loader, dataset = create_grpo_dataloader(model_name="smollm2-135m", dataset_name=str(GSM8K_FILE),
+                                             max_samples=16, batch_size=4)
+    batch = next(iter(loader))
+    assert len(batch) == 4 and len(dataset) == 16
+    assert batch[0]["prompt_text"].startswith("<|im_start|>") and batch[0]["answer"]
