@@ -59,6 +59,7 @@ class GenerationLogger(TrainerCallback):
             summary.update(eval_step=self.eval_step, global_step=global_step, file=str(path))
             self.history.append(summary)
             self.eval_step += 1
+            _log_to_wandb(entries, summary, global_step)
             log.info("Generation log step %d: mean reward %.3f over %d prompts -> %s", global_step,
                      summary["reward_mean"], len(entries), path)
             return summary
@@ -128,6 +129,22 @@ class GenerationLogger(TrainerCallback):
         return entries
 
 
+def _log_to_wandb(entries: list[dict[str, Any]], summary: dict[str, Any], global_step: int) -> None:
+    """The samples as a W&B Table (and their mean rewards), when the run reports to W&B."""
+    import sys
+
+    wandb = sys.modules.get("wandb")  # only if TRL's W&B integration already imported and started it
+    if wandb is None or wandb.run is None:
+        return
+    columns = ["global_step", "sample_index", "prompt", "generated", "reward_total", "completion_tokens", "truncated"]
+    table = wandb.Table(columns=columns)
+    for e in entries:
+        table.add_data(e["global_step"], e["sample_index"], json.dumps(e["prompt"], ensure_ascii=False),
+                       e["generated"], e["reward_total"], e["completion_tokens"], e["truncated"])
+    metrics = {f"generations/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
+    wandb.log({"generations/samples": table, **metrics})
+
+
 def summarise(entries: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
     n = max(1, len(entries))
     summary = {
@@ -139,6 +156,20 @@ def summarise(entries: list[dict[str, Any]], names: list[str]) -> dict[str, Any]
         values = [e["rewards"][name] for e in entries if e["rewards"].get(name) is not None]
         summary[f"rewards/{name}"] = sum(values) / len(values) if values else None
     return summary
+
+
+class WandbRunConfig(TrainerCallback):
+    """Adds our effective run config (dataset, rewards, model preset) beside TRL's GRPOConfig in the W&B run."""
+
+    def __init__(self, config_dict: dict[str, Any]):
+        self.config_dict = config_dict
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import sys
+
+        wandb = sys.modules.get("wandb")
+        if state.is_world_process_zero and wandb is not None and wandb.run is not None:
+            wandb.config.update({"grpo_cli": self.config_dict}, allow_val_change=True)
 
 
 class LogLinesCallback(TrainerCallback):

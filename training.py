@@ -51,7 +51,7 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
-    from callbacks import GenerationLogger, LogLinesCallback
+    from callbacks import GenerationLogger, LogLinesCallback, WandbRunConfig
     from data_loader import filter_long_prompts
 
     log.info("Backend: %s (torch %s, %s)", backend, torch.__version__,
@@ -74,6 +74,11 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=args,
                           train_dataset=train_ds, eval_dataset=eval_ds)
     trainer.add_callback(LogLinesCallback())
+    if config.wandb_project:
+        from config.loader import config_to_dict
+
+        # after TRL's W&B callback, so its run exists when ours adds the config
+        trainer.add_callback(WandbRunConfig(config_to_dict(config)))
     generation_logger = None
     if config.enable_generation_logging:
         rows_source = eval_ds if eval_ds is not None else train_ds
@@ -128,6 +133,12 @@ def finish(config, trainer, tokenizer, train_result, eval_metrics, generation_lo
         summary["generation_logging_seconds"] = round(generation_logger.seconds, 2)
         summary["generation_log_dir"] = str(generation_logger.log_dir)
     if trainer.is_world_process_zero():
+        from plots import make_plots
+
+        try:
+            summary["plots"] = [str(p) for p in make_plots(out)]
+        except Exception as err:  # noqa: BLE001 - a plot must never cost the run its summary
+            log.error("Plotting failed (%s: %s)", err.__class__.__name__, err)
         (out / "metrics_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     if config.save_merged:
         save_merged(trainer.model, tokenizer, out / "merged_16bit")

@@ -1,0 +1,144 @@
+"""End to end: the real CLI, the embedded SmolLM2 through Unsloth's CPU backend, real TRL GRPO, a few steps.
+
+One run serves many assertions (each CLI run costs ~40 s on 2 cores), so the runs are module-scoped fixtures.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def run_cli(*args, env_extra=None, timeout=900):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
+           **(env_extra or {})}
+    return subprocess.run([sys.executable, "train_grpo.py", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def embedded_weights() -> Path:
+    from model_loader import embedded_model_dir
+
+    return embedded_model_dir() / "model.safetensors"
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def multi_run(tmp_path_factory):
+    """2 steps, evaluation after each, multi rewards (math preset: accuracy, format, length), W&B offline."""
+    out = tmp_path_factory.mktemp("multi") / "run"
+    base_hash_before = sha(embedded_weights())
+    result = run_cli("--quick-test", "--max-steps", "2", "--eval-steps", "1", "--reward-function", "multi",
+                     "--reward-preset", "math", "--max-generation-samples", "3", "--output-dir", str(out),
+                     "--wandb-project", "grpo-tests", "--run-name", "e2e", "--set", "save_steps=2",
+                     env_extra={"WANDB_DIR": str(out.parent)})
+    return out, result, base_hash_before
+
+
+def test_run_exits_0_and_prints_a_summary(multi_run):
+    out, result, _ = multi_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "GRPO run finished" in result.stderr
+    assert "eval reward (greedy, logged prompts): before training" in result.stderr
+
+
+def test_adapter_trained_and_base_weights_untouched(multi_run):
+    from safetensors.torch import load_file
+
+    out, result, base_hash_before = multi_run
+    adapter = load_file(out / "adapter_model.safetensors")
+    assert adapter and all("lora_" in key for key in adapter)  # only LoRA weights are saved
+    # LoRA B matrices start at zero: any non-zero B means training changed the adapter
+    assert any(t.abs().sum() > 0 for k, t in adapter.items() if "lora_B" in k)
+    assert sha(embedded_weights()) == base_hash_before
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 16
+
+
+def test_expected_files_exist(multi_run):
+    out, _, _ = multi_run
+    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer_config.json", "trainer_state.json",
+                 "metrics_summary.json", "grpo_training.log", "checkpoint-2/trainer_state.json",
+                 "plots/reward.png", "plots/learning_rate.png", "plots/completion_length.png"):
+        assert (out / name).exists(), name
+    summary = json.loads((out / "metrics_summary.json").read_text())
+    assert summary["global_step"] == 2 and summary["backend"] == "unsloth"
+
+
+def test_multi_logs_one_metric_per_component(multi_run):
+    out, _, _ = multi_run
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    train_logs = [h for h in history if "reward" in h]
+    assert len(train_logs) == 2
+    for name in ("accuracy", "format", "length"):
+        assert f"rewards/{name}/mean" in train_logs[0]
+    assert any("eval_reward" in h for h in history)
+
+
+def test_generation_logs_at_baseline_and_every_evaluation(multi_run):
+    out, _, _ = multi_run
+    files = sorted((out / "generation_logs").glob("generation_log_step_*.json"))
+    assert [f.name for f in files] == [f"generation_log_step_{n}.json" for n in (0, 1, 2)]
+    for eval_step, file in enumerate(sorted(files, key=lambda f: int(f.stem.rsplit("_", 1)[1]))):
+        entries = json.loads(file.read_text())
+        assert len(entries) == 3  # --max-generation-samples 3
+        for i, entry in enumerate(entries):
+            assert entry["eval_step"] == eval_step and entry["sample_index"] == i
+            assert entry["global_step"] == int(file.stem.rsplit("_", 1)[1])
+            assert entry["full_response"].endswith(entry["generated"])
+            assert set(entry["rewards"]) == {"accuracy", "format", "length"}
+            assert isinstance(entry["truncated"], bool) and entry["completion_tokens"] >= 0
+    # the same prompts every time, so steps are comparable
+    prompts = [[e["prompt"] for e in json.loads(f.read_text())] for f in files]
+    assert prompts[0] == prompts[1] == prompts[2]
+
+
+def test_training_log_file_has_config_steps_and_saves(multi_run):
+    out, _, _ = multi_run
+    text = (out / "grpo_training.log").read_text()
+    for needle in ("Config (preset quick_test)", "Backend: unsloth", "step 1:", "step 2:", "Saved checkpoint",
+                   "Generation log step 0"):
+        assert needle in text, needle
+
+
+def test_wandb_offline_run_has_config_and_generation_table(multi_run):
+    out, _, _ = multi_run
+    runs = list((out.parent / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    records = next(runs[0].glob("run-*.wandb")).read_bytes()  # offline runs keep config and history here
+    assert b"num_generations" in records  # TRL's GRPOConfig
+    assert b"grpo_cli" in records and b"reward_config_name" in records  # our effective config
+    tables = list((runs[0] / "files" / "media" / "table").rglob("*.table.json"))
+    assert len(tables) == 3  # baseline + 2 evaluations
+    table = json.loads(tables[0].read_text())
+    assert "generated" in table["columns"] and len(table["data"]) == 3
+
+
+@pytest.fixture(scope="module")
+def fallback_run(tmp_path_factory):
+    """The transformers + PEFT path (as when Unsloth cannot import), without generation logging."""
+    out = tmp_path_factory.mktemp("fallback") / "run"
+    result = run_cli("--quick-test", "--max-steps", "1", "--backend", "transformers", "--no-4bit",
+                     "--disable-generation-logging", "--output-dir", str(out), "--set", "save_steps=0")
+    return out, result
+
+
+def test_transformers_fallback_trains_on_cpu(fallback_run):
+    out, result = fallback_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Backend: transformers" in result.stderr
+    assert json.loads((out / "metrics_summary.json").read_text())["global_step"] == 1
+
+
+def test_disabled_generation_logging_writes_none(fallback_run):
+    out, _ = fallback_run
+    assert not (out / "generation_logs").exists()
