@@ -123,7 +123,8 @@ class Length(RewardComponent):
     """Closeness to a target length: 1 - |words - optimal_length| / optimal_length, floored at 0, times
     `length_weight` (the spec's setting). With `overlong_buffer` > 0 (DAPO's soft overlong punishment), a completion
     within `overlong_buffer` tokens of `max_completion_length` loses up to 1.0 linearly, so truncation is discouraged
-    before it happens.
+    before it happens. The buffer is capped at a quarter of max_completion_length, so a preset written for long
+    completions does not punish every completion of a short run.
 
     Example: optimal_length 10, a 15-word completion -> 0.5
     """
@@ -141,11 +142,12 @@ class Length(RewardComponent):
         for i, text in enumerate(texts):
             words = len(text.split())
             value = max(0.0, 1.0 - abs(words - self.optimal_length) / self.optimal_length) * self.length_weight
-            if self.overlong_buffer and self.max_completion_length and completion_ids is not None:
+            buffer = min(self.overlong_buffer, self.max_completion_length // 4)
+            if buffer and completion_ids is not None:
                 n_tokens = len(completion_ids[i])
-                start = self.max_completion_length - self.overlong_buffer
+                start = self.max_completion_length - buffer
                 if n_tokens > start:
-                    value -= min(1.0, (n_tokens - start) / self.overlong_buffer)
+                    value -= min(1.0, (n_tokens - start) / buffer)
             out.append(value)
         return out
 

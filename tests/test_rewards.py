@@ -78,6 +78,10 @@ def test_length_closeness_and_overlong_penalty():
     scored = Length(optimal_length=1, overlong_buffer=8, max_completion_length=20)(
         completions=["w"], completion_ids=[list(range(18))])
     assert scored == [pytest.approx(1.0 - 0.75)]
+    # a buffer larger than the limit is capped at a quarter of it: 16 tokens, buffer 4, 13 tokens -> -0.25
+    capped = Length(optimal_length=1, overlong_buffer=32, max_completion_length=16)(
+        completions=["w", "w"], completion_ids=[list(range(13)), list(range(5))])
+    assert capped == [pytest.approx(0.75), 1.0]
 
 
 @pytest.mark.parametrize(
