@@ -74,9 +74,9 @@ def test_length_closeness_and_overlong_penalty():
     assert Length(optimal_length=10, length_weight=2.0)(completions=[" ".join(["w"] * 10)]) == [2.0]
     # 30 words vs optimal 10 -> floored at 0
     assert Length(optimal_length=10)(completions=[" ".join(["w"] * 30)]) == [0.0]
-    # DAPO soft overlong: limit 20, buffer 8 -> 18 tokens is 6 into the buffer -> -0.75
-    scored = Length(optimal_length=1, overlong_buffer=8, max_completion_length=20)(
-        completions=["w"], completion_ids=[list(range(18))])
+    # DAPO soft overlong: limit 40, buffer 8 -> 38 tokens is 6 into the buffer -> -0.75
+    scored = Length(optimal_length=1, overlong_buffer=8, max_completion_length=40)(
+        completions=["w"], completion_ids=[list(range(38))])
     assert scored == [pytest.approx(1.0 - 0.75)]
     # a buffer larger than the limit is capped at a quarter of it: 16 tokens, buffer 4, 13 tokens -> -0.25
     capped = Length(optimal_length=1, overlong_buffer=32, max_completion_length=16)(
