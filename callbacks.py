@@ -22,13 +22,15 @@ log = logging.getLogger("grpo")
 
 class GenerationLogger(TrainerCallback):
     def __init__(self, rows: list[dict[str, Any]], tokenizer, reward_set: RewardSet, log_dir: Path,
-                 max_new_tokens: int, is_main_process: bool = True):
+                 max_new_tokens: int, is_main_process: bool = True, pass_k: int = 0, temperature: float = 1.0):
         self.rows = rows
         self.tokenizer = tokenizer
         self.reward_set = reward_set
         self.log_dir = Path(log_dir)
         self.max_new_tokens = max_new_tokens
         self.is_main_process = is_main_process
+        self.pass_k = pass_k
+        self.temperature = temperature
         self.trainer = None  # set by the runner: the model TRL trains (wrapped or not)
         self.history: list[dict[str, Any]] = []  # one summary per logged evaluation
         self.seconds = 0.0
@@ -56,6 +58,8 @@ class GenerationLogger(TrainerCallback):
             path = self.log_dir / f"generation_log_step_{global_step}.json"
             path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
             summary = summarise(entries, self.reward_set.names)
+            if self.pass_k and "answer" in self.rows[0]:
+                summary.update(self._pass_at_k(model))
             summary.update(eval_step=self.eval_step, global_step=global_step, file=str(path))
             self.history.append(summary)
             self.eval_step += 1
@@ -70,12 +74,11 @@ class GenerationLogger(TrainerCallback):
         finally:
             self.seconds += time.perf_counter() - started
 
-    def _generate_and_score(self, model, global_step: int) -> list[dict[str, Any]]:
+    def _generate(self, model, texts: list[str], **sampling) -> list[list[int]]:
+        """Batched generation, left-padded; returns the new token ids of each sequence."""
         import torch
 
         tokenizer = self.tokenizer
-        prompts = [row["prompt"] for row in self.rows]
-        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
         was_training = model.training
         side = tokenizer.padding_side
         tokenizer.padding_side = "left"  # batched decoding needs the prompts right-aligned
@@ -83,25 +86,58 @@ class GenerationLogger(TrainerCallback):
         try:
             batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.no_grad():
-                output = model.generate(**batch, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                        use_cache=True, pad_token_id=tokenizer.pad_token_id)
+                output = model.generate(**batch, max_new_tokens=self.max_new_tokens, use_cache=True,
+                                        pad_token_id=tokenizer.pad_token_id, **sampling)
         finally:
             tokenizer.padding_side = side
             if was_training:
                 model.train()
-        new_tokens = output[:, batch["input_ids"].shape[1]:]
-        eos = tokenizer.eos_token_id
+        return output[:, batch["input_ids"].shape[1]:].tolist()
+
+    def _pass_at_k(self, model) -> dict[str, float]:
+        """pass@1 and pass@k from k sampled completions per prompt (unbiased estimator of Chen et al. 2021 with
+        n = k, i.e. the fraction of prompts with at least one correct sample)."""
+        import torch
+
+        from rewards.components import Accuracy
+
+        tokenizer, k = self.tokenizer, self.pass_k
+        texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
+                 for r in self.rows]
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(1234)  # the same samples for the same weights at every evaluation
+        try:
+            new_tokens = self._generate(model, texts, do_sample=True, temperature=self.temperature,
+                                        num_return_sequences=k)
+        finally:
+            torch.random.set_rng_state(generator_state)  # do not disturb training's sampling stream
+        completions = [self._decode(ids)[0] for ids in new_tokens]
+        answers = [row["answer"] for row in self.rows for _ in range(k)]
+        correct = Accuracy()(completions=completions, answer=answers)
+        per_prompt = [correct[i * k:(i + 1) * k] for i in range(len(self.rows))]
+        return {"pass@1": sum(sum(c) / k for c in per_prompt) / len(per_prompt),
+                f"pass@{k}": sum(1.0 for c in per_prompt if max(c) > 0) / len(per_prompt)}
+
+    def _decode(self, ids: list[int]) -> tuple[str, list[int], bool]:
+        """(text, ids up to the end-of-turn token, truncated?)"""
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        if eos in ids:
+            ids, truncated = ids[: ids.index(eos)], False
+        else:
+            ids, truncated = [t for t in ids if t != pad], True
+        return self.tokenizer.decode(ids, skip_special_tokens=True), ids, truncated
+
+    def _generate_and_score(self, model, global_step: int) -> list[dict[str, Any]]:
+        tokenizer = self.tokenizer
+        prompts = [row["prompt"] for row in self.rows]
+        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+        new_tokens = self._generate(model, texts, do_sample=False)
         completion_ids, completions, truncated = [], [], []
-        for row_tokens in new_tokens.tolist():
-            ids = row_tokens
-            if eos in ids:
-                ids = ids[: ids.index(eos)]
-                truncated.append(False)
-            else:
-                ids = [t for t in ids if t != tokenizer.pad_token_id]
-                truncated.append(True)
+        for row_tokens in new_tokens:
+            text, ids, cut = self._decode(row_tokens)
             completion_ids.append(ids)
-            completions.append(tokenizer.decode(ids, skip_special_tokens=True))
+            completions.append(text)
+            truncated.append(cut)
         columns = {k: [row.get(k) for row in self.rows] for k in ("chosen", "rejected", "answer") if k in self.rows[0]}
         conversational = [[{"role": "assistant", "content": c}] for c in completions]
         per = WeightedSum(self.reward_set).components(

@@ -105,6 +105,10 @@ def main(
     wandb_project: Annotated[str | None, _opt("wandb_project", PANEL_LOGGING, "--wandb-project")] = None,
     no_wandb: Annotated[bool, _opt(None, PANEL_LOGGING, "--no-wandb", help="Turn W&B off.")] = False,
     run_name: Annotated[str | None, _opt("run_name", PANEL_LOGGING, "--run-name")] = None,
+    eval_only: Annotated[bool, _opt(None, PANEL_LOGGING, "--eval-only",
+                                    help="Evaluate the adapter given by --resume-from-checkpoint (a checkpoint or "
+                                         "an output dir with an adapter): generation log + eval metrics, no "
+                                         "training.")] = False,
     # ---- Checkpoints
     save_steps: Annotated[int | None, _opt("save_steps", PANEL_CHECKPOINTS, "--save-steps")] = None,
     save_merged: Annotated[bool | None, _opt("save_merged", PANEL_CHECKPOINTS, "--save-merged")] = None,
@@ -140,13 +144,20 @@ def main(
             "eval_steps": eval_steps, "wandb_project": "" if no_wandb else wandb_project, "run_name": run_name,
             "save_steps": save_steps, "save_merged": save_merged,
         }
-        run(chosen_preset, config_file, flags, set_ or [], dry_run, score_completions, resume_from_checkpoint)
+        run(chosen_preset, config_file, flags, set_ or [], dry_run, score_completions, resume_from_checkpoint,
+            eval_only)
     except UsageError as err:
-        typer.echo(f"error: {err}", err=True)
+        if is_main_process():  # under torchrun every rank finds the same problem; one line is enough
+            typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
 
 
-def run(preset, config_file, flags, overrides, dry_run, score_completions, resume_from_checkpoint) -> None:
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def run(preset, config_file, flags, overrides, dry_run, score_completions, resume_from_checkpoint,
+        eval_only=False) -> None:
     """The story of a run: config -> rewards -> data -> (dry run | reward preview | training) -> summary."""
     from config.loader import build_config, config_to_dict, resolve_model_name
     from model_loader import choose_backend
@@ -159,7 +170,14 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         return
 
     out = check_output_dir(config.output_dir)
-    resume_from = resolve_checkpoint(resume_from_checkpoint, out) if resume_from_checkpoint else None
+    if eval_only and not resume_from_checkpoint:
+        raise UsageError("--eval-only needs an adapter to evaluate: --resume-from-checkpoint PATH (a checkpoint-N "
+                         "directory or a finished run's output directory).")
+    resume_from = resolve_checkpoint(resume_from_checkpoint, out, eval_only) if resume_from_checkpoint else None
+    if eval_only:
+        from training import check_adapter_dir
+
+        check_adapter_dir(Path(resume_from), config.model_name)
     train_ds, eval_ds, report = load_data(config)
     reward_set = build_rewards(config, report.format)
     from rewards import check_columns
@@ -173,17 +191,22 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
         return
 
-    from training import run_training
+    from training import run_evaluation, run_training
 
     out.mkdir(parents=True, exist_ok=True)
-    add_file_logging(out / "grpo_training.log")
+    if is_main_process():
+        add_file_logging(out / "grpo_training.log")
+    if eval_only:
+        run_evaluation(config, train_ds, eval_ds, report, reward_set, choose_backend(config.backend), Path(resume_from))
+        return
     log.info("Config (preset %s): %s", preset, json.dumps(config_to_dict(config), default=str))
     log.info("Dataset %s: %s rows, dropped %s", report.source, report.rows, report.dropped or "none")
     log.info("Rewards (%s): %s", config.reward_function_type,
              ", ".join(f"{n} x{w:g}" for n, w in zip(reward_set.names, reward_set.weights, strict=True)))
     summary = run_training(config, train_ds, eval_ds, report, reward_set, choose_backend(config.backend),
                            resume_from=resume_from)
-    print_summary(summary)
+    if is_main_process():
+        print_summary(summary)
 
 
 def build_rewards(config, data_format: str = ""):
@@ -244,7 +267,7 @@ def check_output_dir(path: str) -> Path:
     return out
 
 
-def resolve_checkpoint(value: str, output_dir: Path) -> str:
+def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) -> str:
     if value == "latest":
         checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])
                              if p.name.split("-")[-1].isdigit() else -1)
@@ -254,6 +277,8 @@ def resolve_checkpoint(value: str, output_dir: Path) -> str:
     path = Path(value)
     if not path.exists():
         raise UsageError(f"Checkpoint {path} does not exist: check the path, or use 'latest'.")
+    if eval_only:
+        return str(path)  # an adapter is enough; run() checks it against the model before anything is written
     if not (path / "trainer_state.json").exists():
         raise UsageError(f"{path} is not a trainer checkpoint (no trainer_state.json): give a checkpoint-N directory.")
     return str(path)
@@ -295,6 +320,8 @@ def print_summary(summary: dict) -> None:
     console.print(f"adapter, tokenizer, trainer state, metrics_summary.json: {summary['output_dir']}")
     if "generation_log_dir" in summary:
         console.print(f"generation logs: {summary['generation_log_dir']}")
+    if summary.get("best_checkpoint"):
+        console.print(f"best checkpoint: {summary['best_checkpoint']} (eval metric {summary['best_metric']:.4g})")
 
 
 def print_listings(models: bool, datasets: bool, rewards: bool) -> None:

@@ -36,6 +36,10 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
         log_completions=False,
         disable_tqdm=False,
     )
+    if evaluate_during and config.save_steps and config.best_metric:
+        # transformers tracks the best checkpoint (state.best_model_checkpoint) by this eval metric.
+        kwargs.update(metric_for_best_model=f"eval_{config.best_metric}", greater_is_better=True,
+                      load_best_model_at_end=config.load_best_model_at_end)
     if config.fast_inference:
         # Unsloth's colocated vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
         kwargs.setdefault("use_vllm", True)
@@ -87,7 +91,8 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
         generation_logger = GenerationLogger(
             rows, tokenizer, reward_set, log_dir,
             max_new_tokens=config.generation_max_new_tokens or config.max_completion_length,
-            is_main_process=trainer.is_world_process_zero(),
+            is_main_process=trainer.is_world_process_zero(), pass_k=config.eval_pass_k,
+            temperature=config.temperature,
         )
         trainer.add_callback(generation_logger)
 
@@ -126,12 +131,17 @@ def finish(config, trainer, tokenizer, train_result, eval_metrics, generation_lo
         "train_loss": train_result.training_loss,
         "eval": eval_metrics,
         "output_dir": str(out),
+        "best_checkpoint": trainer.state.best_model_checkpoint,
+        "best_metric": trainer.state.best_metric,
     }
     if generation_logger is not None and generation_logger.history:
         summary["generation_eval_baseline"] = generation_logger.history[0]["reward_mean"]
         summary["generation_eval_final"] = generation_logger.history[-1]["reward_mean"]
         summary["generation_logging_seconds"] = round(generation_logger.seconds, 2)
         summary["generation_log_dir"] = str(generation_logger.log_dir)
+        for key in ("pass@1", f"pass@{config.eval_pass_k}"):
+            if key in generation_logger.history[-1]:
+                summary[f"generation_eval_{key}"] = generation_logger.history[-1][key]
     if trainer.is_world_process_zero():
         from plots import make_plots
 
@@ -158,3 +168,78 @@ def save_merged(model, tokenizer, path: Path) -> None:
     merged.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
     log.info("Merged model saved to %s", path)
+
+
+def check_adapter_dir(path: Path, model_name: str) -> dict[str, Any]:
+    """A saved adapter we can load for this model, or a UsageError naming what is wrong with it."""
+    from model_loader import model_path
+
+    config_file, weights = path / "adapter_config.json", path / "adapter_model.safetensors"
+    if not config_file.exists() or not weights.exists():
+        raise UsageError(f"{path} has no LoRA adapter (adapter_config.json + adapter_model.safetensors): give a "
+                         "checkpoint-N directory or a finished run's output directory.")
+    try:
+        adapter_config = json.loads(config_file.read_text())
+        from safetensors import safe_open
+
+        with safe_open(str(weights), "pt") as handle:  # reads the header: a truncated file fails here
+            handle.keys()
+    except Exception as err:  # noqa: BLE001 - any decode failure means the same thing to the user
+        raise UsageError(f"{path}: the adapter files are unreadable or truncated ({err.__class__.__name__}).") from None
+    base = adapter_config.get("base_model_name_or_path") or ""
+    expected = model_path(model_name)
+    if base and Path(base).name != Path(expected).name and base != expected:
+        raise UsageError(f"{path} is an adapter for '{base}', not for '{model_name}' ({expected}): pass the matching "
+                         "--model.")
+    return adapter_config
+
+
+def run_evaluation(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: RewardSet, backend: str,
+                   adapter_dir: Path) -> dict[str, Any]:
+    """`--eval-only`: load a saved adapter, write a generation log and eval metrics, leave the adapter as it was."""
+    from model_loader import import_backend, load_model
+
+    adapter_config = check_adapter_dir(adapter_dir, config.model_name)
+    backend = import_backend(backend)
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    from trl import GRPOConfig, GRPOTrainer
+
+    from callbacks import GenerationLogger
+    from data_loader import filter_long_prompts
+
+    # The adapter's own shape, whatever the config says, so its weights fit.
+    config.lora_r, config.lora_alpha = adapter_config["r"], adapter_config["lora_alpha"]
+    config.lora_target_modules = sorted(adapter_config["target_modules"])
+    model, tokenizer = load_model(config, backend)
+    result = set_peft_model_state_dict(model, load_file(str(adapter_dir / "adapter_model.safetensors")))
+    if getattr(result, "unexpected_keys", None):
+        raise UsageError(f"{adapter_dir}: adapter weights do not fit {config.model_name} "
+                         f"({len(result.unexpected_keys)} unexpected tensors).")
+    train_ds, eval_ds = filter_long_prompts(train_ds, eval_ds, tokenizer, config.max_prompt_length, report)
+    if eval_ds is None:
+        eval_ds = train_ds.select(range(min(len(train_ds), config.max_eval_samples or 64)))
+    state_file = adapter_dir / "trainer_state.json"
+    step = json.loads(state_file.read_text())["global_step"] if state_file.exists() else 0
+    out = Path(config.output_dir) / "eval_only" / f"{adapter_dir.name}-step_{step}"
+    out.mkdir(parents=True, exist_ok=True)
+    reward_funcs, reward_weights = build_reward_functions(reward_set, config.reward_function_type)
+    import torch
+
+    kwargs = grpo_config_kwargs(config, has_eval=False, reward_weights=reward_weights)
+    kwargs.update(output_dir=str(out), report_to="none", save_strategy="no")
+    if not torch.cuda.is_available():
+        kwargs["use_cpu"] = True
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs,
+                          args=GRPOConfig(**kwargs), train_dataset=train_ds, eval_dataset=eval_ds)
+    logger = GenerationLogger([eval_ds[i] for i in range(min(config.max_generation_samples, len(eval_ds)))],
+                              tokenizer, reward_set, out, config.generation_max_new_tokens or config.max_completion_length,
+                              pass_k=config.eval_pass_k, temperature=config.temperature)
+    summary = logger.log_generations(trainer.model, step) or {}
+    metrics = trainer.evaluate()
+    result = {"adapter": str(adapter_dir), "global_step": step, "eval": metrics, "generation_log": summary,
+              "output_dir": str(out)}
+    (out / "eval_metrics.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    log.info("Eval-only results in %s: eval_reward %s, greedy reward %s", out, metrics.get("eval_reward"),
+             summary.get("reward_mean"))
+    return result

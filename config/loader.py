@@ -231,7 +231,7 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
         if getattr(config, name) <= 0:
             raise UsageError(f"'{name}' must be a positive number, not {getattr(config, name)}.")
     non_negative = ("max_samples", "max_eval_samples", "eval_steps", "save_steps", "save_total_limit",
-                    "max_prompt_length", "generation_max_new_tokens", "max_lora_rank")
+                    "max_prompt_length", "generation_max_new_tokens", "max_lora_rank", "eval_pass_k")
     for name in non_negative:
         if getattr(config, name) < 0:
             raise UsageError(f"'{name}' must be 0 or more, not {getattr(config, name)}.")
@@ -249,6 +249,12 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
         raise UsageError(
             f"'num_generations' (group_size) is {config.num_generations}: GRPO compares completions within a group, "
             "so it needs at least 2."
+        )
+    if config.load_best_model_at_end and not (config.eval_steps and config.save_steps
+                                              and config.save_steps % config.eval_steps == 0):
+        raise UsageError(
+            "load_best_model_at_end needs evaluations and checkpoints that line up: set eval_steps > 0 and "
+            "save_steps to a multiple of it."
         )
     check_batch_arithmetic(config, world_size)
 

@@ -160,6 +160,18 @@ class GRPORunConfig:
     generation_max_new_tokens: int = _f(
         0, "Token limit for logged generations (0 = max_completion_length).", PANEL_LOGGING
     )
+    eval_pass_k: int = _f(
+        0, "Verifiable data: also sample k completions per logged prompt and report pass@1 and pass@k (0 = off).",
+        PANEL_LOGGING,
+    )
+    best_metric: str = _f(
+        "reward", "Eval metric that picks the best checkpoint (TRL's eval_<name>, higher is better; '' = off).",
+        PANEL_LOGGING,
+    )
+    load_best_model_at_end: bool = _f(
+        False, "Reload the best checkpoint's adapter at the end (save_steps must be a multiple of eval_steps).",
+        PANEL_LOGGING,
+    )
     wandb_project: str = _f("", "Log to this Weights & Biases project ('' = W&B off).", PANEL_LOGGING)
     run_name: str = _f("", "Run name for W&B and the logs ('' = generated).", PANEL_LOGGING)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import re
@@ -52,9 +53,11 @@ class Accuracy(RewardComponent):
     """Correctness. With an `answer` column (GSM8K, arithmetic, your QA data): 1.0 when the final answer
     (<answer> tag, \\boxed{}, or last number; commas and $ ignored) equals it, else 0.0 — or `partial_credit`
     when the right number appears somewhere but is not the final answer. Without `answer`: the fraction of
-    `correct_keywords` found (case-insensitive, any language). Neither: None (not scored).
+    `correct_keywords` found (case-insensitive, any language). Neither: None (not scored). `mode` "exact" asks
+    for the answer alone: the whole completion (trimmed, a final period allowed) must be the answer — for prompts
+    that say "answer with just the number".
 
-    Example: answer "72", completion "She sold 48 + 24 = 72 clips." -> 1.0
+    Example: answer "72", completion "She sold 48 + 24 = 72 clips." -> 1.0 ("exact": 0.0; "72" -> 1.0)
     """
 
     name: ClassVar[str] = "accuracy"
@@ -62,12 +65,19 @@ class Accuracy(RewardComponent):
     partial_credit: float = 0.0
     tolerance: float = 1e-6
     answer_tag: str = "answer"
+    mode: str = "final"
 
     def score(self, texts, answer=None, **_):
+        if self.mode not in ("final", "exact"):
+            raise UsageError(f"reward 'accuracy': mode must be 'final' or 'exact', not {self.mode!r}.")
         out: list[float | None] = []
         for i, text in enumerate(texts):
             reference = answer[i] if answer is not None else None
             if reference is not None and str(reference).strip():
+                if self.mode == "exact":
+                    out.append(1.0 if answers_match(text.strip().rstrip("."), str(reference), self.tolerance)
+                               else 0.0)
+                    continue
                 predicted = extract_final_answer(text, self.answer_tag)
                 if answers_match(predicted, str(reference), self.tolerance):
                     out.append(1.0)
@@ -168,7 +178,7 @@ class Repetition(RewardComponent):
         out = []
         for text in texts:
             words = text.lower().split()
-            grams = [tuple(words[i:i + self.ngram]) for i in range(len(words) - self.ngram + 1)]
+            grams = list(zip(*(words[i:] for i in range(self.ngram)), strict=False))
             out.append(0.0 if not grams else -self.penalty * (1.0 - len(set(grams)) / len(grams)))
         return out
 
@@ -199,23 +209,32 @@ class Quality(RewardComponent):
         return out
 
 
-def _ngrams(words: list[str], n: int) -> Counter:
-    return Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+_WORD = re.compile(r"\w+")
+
+
+@functools.lru_cache(maxsize=4096)
+def _grams(text: str) -> tuple[Counter, Counter]:
+    """Unigram and bigram counts of a text, cached: a group's num_generations completions share one reference."""
+    words = _WORD.findall(text.lower())
+    return Counter(words), Counter(zip(words, words[1:], strict=False))
+
+
+def _f1(ga: Counter, gb: Counter) -> float:
+    if not ga or not gb:
+        return 0.0
+    if len(ga) > len(gb):
+        ga, gb = gb, ga
+    overlap = sum(min(count, gb[gram]) for gram, count in ga.items() if gram in gb)  # multiset intersection
+    if not overlap:
+        return 0.0
+    p, r = overlap / sum(ga.values()), overlap / sum(gb.values())
+    return 2 * p * r / (p + r)
 
 
 def lexical_f1(a: str, b: str) -> float:
     """Mean of unigram and bigram F1 between two texts (ROUGE-1/2-like), in [0, 1]."""
-    wa, wb = re.findall(r"\w+", a.lower()), re.findall(r"\w+", b.lower())
-    scores = []
-    for n in (1, 2):
-        ga, gb = _ngrams(wa, n), _ngrams(wb, n)
-        overlap = sum((ga & gb).values())
-        if not ga or not gb or not overlap:
-            scores.append(0.0)
-            continue
-        p, r = overlap / sum(ga.values()), overlap / sum(gb.values())
-        scores.append(2 * p * r / (p + r))
-    return sum(scores) / len(scores)
+    (a1, a2), (b1, b2) = _grams(a), _grams(b)
+    return (_f1(a1, b1) + _f1(a2, b2)) / 2
 
 
 @dataclass

@@ -114,3 +114,40 @@ def test_listings(cli):
     assert code == 0
     for name in ("qwen2.5-7b", "smollm2-135m", "gsm8k", "hh_rlhf", "accuracy", "similarity", "balanced"):
         assert name in out
+
+
+def _fake_adapter(tmp_path, base="/somewhere/smollm2-135m-instruct", weights=b"\x00\x01garbage"):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base, "r": 16,
+                                                            "lora_alpha": 32, "target_modules": ["q_proj"]}))
+    (adapter / "adapter_model.safetensors").write_bytes(weights)
+    return adapter
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda tmp: [], "--eval-only needs an adapter"),
+        (lambda tmp: ["--resume-from-checkpoint", str(tmp)], "has no LoRA adapter"),  # a dir, but no adapter
+        (lambda tmp: ["--resume-from-checkpoint", str(_fake_adapter(tmp))], "unreadable or truncated"),
+    ],
+)
+def test_eval_only_bad_input(cli, tmp_path, setup, message):
+    out_dir = tmp_path / "out"
+    code, _, err = cli("--quick-test", "--eval-only", "--output-dir", str(out_dir), *setup(tmp_path))
+    assert code == 2 and message in err, err
+    assert not out_dir.exists()
+
+
+def test_adapter_for_another_base_model_is_refused(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from config.errors import UsageError
+    from training import check_adapter_dir
+
+    adapter = _fake_adapter(tmp_path, base="meta-llama/Llama-3.1-8B")
+    save_file({"x": torch.zeros(1)}, str(adapter / "adapter_model.safetensors"))
+    with pytest.raises(UsageError, match="is an adapter for 'meta-llama/Llama-3.1-8B', not for 'smollm2-135m'"):
+        check_adapter_dir(adapter, "smollm2-135m")

@@ -41,6 +41,7 @@ def multi_run(tmp_path_factory):
     result = run_cli("--quick-test", "--max-steps", "2", "--eval-steps", "1", "--reward-function", "multi",
                      "--reward-preset", "math", "--max-generation-samples", "3", "--output-dir", str(out),
                      "--wandb-project", "grpo-tests", "--run-name", "e2e", "--set", "save_steps=2",
+                     "--set", "eval_pass_k=2",
                      env_extra={"WANDB_DIR": str(out.parent)})
     return out, result, base_hash_before
 
@@ -72,6 +73,33 @@ def test_expected_files_exist(multi_run):
         assert (out / name).exists(), name
     summary = json.loads((out / "metrics_summary.json").read_text())
     assert summary["global_step"] == 2 and summary["backend"] == "unsloth"
+
+
+def test_pass_at_k_reported_for_verifiable_data(multi_run):
+    out, _, _ = multi_run
+    summary = json.loads((out / "metrics_summary.json").read_text())
+    assert 0.0 <= summary["generation_eval_pass@1"] <= summary["generation_eval_pass@2"] <= 1.0
+
+
+def test_best_checkpoint_is_tracked_by_eval_reward(multi_run):
+    out, _, _ = multi_run
+    summary = json.loads((out / "metrics_summary.json").read_text())
+    assert summary["best_checkpoint"].endswith("checkpoint-2")  # the only checkpoint, chosen by eval_reward
+    assert summary["best_metric"] is not None
+
+
+def test_eval_only_on_a_saved_adapter_leaves_it_unchanged(multi_run):
+    out, _, _ = multi_run
+    before = sha(out / "adapter_model.safetensors")
+    result = run_cli("--quick-test", "--reward-preset", "math", "--eval-only", "--resume-from-checkpoint", str(out),
+                     "--output-dir", str(out), "--max-generation-samples", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sha(out / "adapter_model.safetensors") == before
+    eval_dir = out / "eval_only" / f"{out.name}-step_2"
+    entries = json.loads((eval_dir / "generation_log_step_2.json").read_text())
+    assert len(entries) == 2 and entries[0]["global_step"] == 2
+    metrics = json.loads((eval_dir / "eval_metrics.json").read_text())
+    assert "eval_reward" in metrics["eval"] and "eval_rewards/accuracy/mean" in metrics["eval"]
 
 
 def test_multi_logs_one_metric_per_component(multi_run):

@@ -47,6 +47,9 @@ def test_accuracy_partial_credit_and_keywords_and_not_applicable():
     assert Accuracy(partial_credit=0.25)(completions=["72 then 80"], answer=["72"]) == [0.25]
     # no answer column: the fraction of correct keywords, any language (Korean here)
     assert Accuracy(correct_keywords=["따라서", "because"])(completions=["따라서 답은 4"]) == [0.5]
+    # exact mode: the answer alone (trimmed, final period allowed), as "answer with just the number" asks
+    exact = Accuracy(mode="exact")
+    assert exact(completions=["7 + 3 = 10", " 10.", "10 apples"], answer=["10"] * 3) == [0.0, 1.0, 0.0]
     # neither: None, which TRL skips
     assert Accuracy()(completions=["anything"]) == [None]
 
