@@ -127,6 +127,18 @@ def _patch_trl_for_cpu() -> None:
     patch_trl_fused_lm_head()
 
 
+def unsloth_kwargs(config) -> dict:
+    """What FastLanguageModel.from_pretrained receives (besides the path)."""
+    gc = {"unsloth": "unsloth", "true": True, "false": False}[config.use_gradient_checkpointing]
+    kwargs = dict(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit,
+                  use_gradient_checkpointing=gc)
+    if config.fast_inference:
+        # vLLM inside the training process (GPU only), with Unsloth's documented GRPO settings.
+        kwargs.update(fast_inference=True, gpu_memory_utilization=config.gpu_memory_utilization,
+                      max_lora_rank=config.max_lora_rank or config.lora_r)
+    return kwargs
+
+
 def load_model(config, backend: str):
     """(model with LoRA adapters, tokenizer) through the chosen backend."""
     path = model_path(config.model_name)
@@ -135,13 +147,7 @@ def load_model(config, backend: str):
         if backend == "unsloth":
             from unsloth import FastLanguageModel
 
-            kwargs = dict(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit,
-                          use_gradient_checkpointing=gc)
-            if config.fast_inference:
-                # vLLM inside the training process (GPU only); Unsloth's documented GRPO settings.
-                kwargs.update(fast_inference=True, gpu_memory_utilization=config.gpu_memory_utilization,
-                              max_lora_rank=config.max_lora_rank or config.lora_r)
-            model, tokenizer = FastLanguageModel.from_pretrained(path, **kwargs)
+            model, tokenizer = FastLanguageModel.from_pretrained(path, **unsloth_kwargs(config))
             model = FastLanguageModel.get_peft_model(
                 model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                 target_modules=list(config.lora_target_modules), use_gradient_checkpointing=gc,

@@ -51,6 +51,10 @@ def main(
     lora_r: Annotated[int | None, _opt("lora_r", PANEL_MODEL, "--lora-r")] = None,
     backend: Annotated[Literal["auto", "unsloth", "transformers"] | None,
                        _opt("backend", PANEL_MODEL, "--backend")] = None,
+    use_vllm: Annotated[bool | None, _opt("use_vllm", PANEL_MODEL, "--use-vllm")] = None,
+    vllm_mode: Annotated[Literal["server", "colocate"] | None, _opt("vllm_mode", PANEL_MODEL, "--vllm-mode")] = None,
+    vllm_server_host: Annotated[str | None, _opt("vllm_server_host", PANEL_MODEL, "--vllm-server-host")] = None,
+    vllm_server_port: Annotated[int | None, _opt("vllm_server_port", PANEL_MODEL, "--vllm-server-port")] = None,
     # ---- Data
     dataset: Annotated[str | None, _opt("dataset", PANEL_DATA, "--dataset", "-d")] = None,
     dataset_path: Annotated[str | None, _opt("dataset_path", PANEL_DATA, "--dataset-path")] = None,
@@ -115,6 +119,9 @@ def main(
     resume_from_checkpoint: Annotated[str | None, _opt(
         None, PANEL_CHECKPOINTS, "--resume-from-checkpoint",
         help="Continue from a checkpoint directory, or 'latest' for the newest in --output-dir.")] = None,
+    force_resume: Annotated[bool, _opt(None, PANEL_CHECKPOINTS, "--force-resume",
+                                       help="Resume even if the checkpoint's run manifest (config, dataset) "
+                                            "differs.")] = False,
     # ---- Listings
     list_models: Annotated[bool, _opt(None, PANEL_MODEL, "--list-models", help="List model presets.")] = False,
     list_datasets: Annotated[bool, _opt(None, PANEL_DATA, "--list-datasets", help="List dataset presets.")] = False,
@@ -132,6 +139,8 @@ def main(
         chosen_preset = "quick_test" if quick_test else "production" if production else preset or "default"
         flags = {
             "model_name": model, "load_in_4bit": load_in_4bit, "lora_r": lora_r, "backend": backend,
+            "use_vllm": use_vllm, "vllm_mode": vllm_mode, "vllm_server_host": vllm_server_host,
+            "vllm_server_port": vllm_server_port,
             "dataset": dataset, "dataset_path": dataset_path, "custom_data": custom_data,
             "max_samples": max_samples, "system_prompt": system_prompt, "prompt_field": prompt_field,
             "answer_field": answer_field, "chosen_field": chosen_field, "rejected_field": rejected_field,
@@ -145,7 +154,7 @@ def main(
             "save_steps": save_steps, "save_merged": save_merged,
         }
         run(chosen_preset, config_file, flags, set_ or [], dry_run, score_completions, resume_from_checkpoint,
-            eval_only)
+            eval_only, force_resume)
     except UsageError as err:
         if is_main_process():  # under torchrun every rank finds the same problem; one line is enough
             typer.echo(f"error: {err}", err=True)
@@ -157,7 +166,7 @@ def is_main_process() -> bool:
 
 
 def run(preset, config_file, flags, overrides, dry_run, score_completions, resume_from_checkpoint,
-        eval_only=False) -> None:
+        eval_only=False, force_resume=False) -> None:
     """The story of a run: config -> rewards -> data -> (dry run | reward preview | training) -> summary."""
     from config.loader import build_config, config_to_dict, resolve_model_name
     from model_loader import choose_backend
@@ -191,7 +200,13 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
         return
 
-    from training import run_evaluation, run_training
+    from checkpoints import build_manifest, check_resume
+    from training import Interrupted, check_adapter_dir, dataset_fingerprint, run_evaluation, run_training
+
+    manifest = build_manifest(config_to_dict(config), dataset_fingerprint(train_ds))
+    if resume_from and not eval_only:
+        check_adapter_dir(Path(resume_from), config.model_name)
+        check_resume(Path(resume_from), manifest, force_resume)
 
     out.mkdir(parents=True, exist_ok=True)
     if is_main_process():
@@ -203,8 +218,12 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     log.info("Dataset %s: %s rows, dropped %s", report.source, report.rows, report.dropped or "none")
     log.info("Rewards (%s): %s", config.reward_function_type,
              ", ".join(f"{n} x{w:g}" for n, w in zip(reward_set.names, reward_set.weights, strict=True)))
-    summary = run_training(config, train_ds, eval_ds, report, reward_set, choose_backend(config.backend),
-                           resume_from=resume_from)
+    try:
+        summary = run_training(config, train_ds, eval_ds, report, reward_set, choose_backend(config.backend),
+                               resume_from=resume_from, manifest=manifest)
+    except Interrupted as stop:
+        log.warning("%s", stop)
+        raise typer.Exit(stop.exit_code) from None
     if is_main_process():
         print_summary(summary)
 

@@ -20,6 +20,23 @@ from rewards import RewardSet, build_reward_functions
 log = logging.getLogger("grpo")
 
 
+class Interrupted(Exception):
+    """Training stopped on SIGINT / SIGTERM after saving a checkpoint."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def dataset_fingerprint(train_ds) -> str:
+    """Content and order of the training prompts (ids are derived from content for every source)."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(list(train_ds["id"])).encode())
+    digest.update(json.dumps(train_ds[0]["prompt"] if len(train_ds) else None).encode())
+    return digest.hexdigest()[:16]
+
+
 def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: list[float] | None) -> dict[str, Any]:
     """Everything TRL's GRPOConfig receives (kept separate so tests can check what we hand over)."""
     kwargs = trl_kwargs(config)
@@ -41,13 +58,13 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
         kwargs.update(metric_for_best_model=f"eval_{config.best_metric}", greater_is_better=True,
                       load_best_model_at_end=config.load_best_model_at_end)
     if config.fast_inference:
-        # Unsloth's colocated vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
-        kwargs.setdefault("use_vllm", True)
+        # Unsloth's in-process vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
+        kwargs["use_vllm"] = True
     return kwargs
 
 
 def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: RewardSet, backend: str,
-                 resume_from: str | None = None) -> dict[str, Any]:
+                 resume_from: str | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
     from model_loader import import_backend, load_model
 
     started = time.perf_counter()
@@ -56,6 +73,7 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     from trl import GRPOConfig, GRPOTrainer
 
     from callbacks import GenerationLogger, LogLinesCallback, WandbRunConfig
+    from checkpoints import DeterministicSampling, GracefulStop, ManifestWriter
     from data_loader import filter_long_prompts
 
     log.info("Backend: %s (torch %s, %s)", backend, torch.__version__,
@@ -72,12 +90,18 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     if config.wandb_project:
         os.environ["WANDB_PROJECT"] = config.wandb_project
     kwargs = grpo_config_kwargs(config, eval_ds is not None, reward_weights)
+    if (config.use_vllm or config.fast_inference) and not torch.cuda.is_available():
+        raise UsageError("vLLM generation (use_vllm / fast_inference) needs a CUDA GPU; this machine has none. "
+                         "Drop --use-vllm to generate with transformers.")
     if not torch.cuda.is_available():
         kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
     args = GRPOConfig(**kwargs)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=args,
                           train_dataset=train_ds, eval_dataset=eval_ds)
     trainer.add_callback(LogLinesCallback())
+    trainer.add_callback(DeterministicSampling())
+    if manifest is not None:
+        trainer.add_callback(ManifestWriter(manifest))
     if config.wandb_project:
         from config.loader import config_to_dict
 
@@ -96,9 +120,19 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
         )
         trainer.add_callback(generation_logger)
 
+    stop = GracefulStop()
+    trainer.add_callback(stop)
     train_started = time.perf_counter()
-    train_result = trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        train_result = trainer.train(resume_from_checkpoint=resume_from)
+    finally:
+        stop.restore()
     train_seconds = time.perf_counter() - train_started
+    if stop.signal_name is not None:
+        checkpoint = Path(config.output_dir) / f"checkpoint-{trainer.state.global_step}"
+        raise Interrupted(
+            f"{stop.signal_name} at step {trainer.state.global_step}: checkpoint saved to {checkpoint}. Resume with "
+            f"the same command plus --resume-from-checkpoint {checkpoint} (or 'latest').", stop.exit_code)
     eval_metrics: dict[str, Any] = {}
     if eval_ds is not None and not (config.eval_steps and trainer.state.global_step % config.eval_steps == 0):
         # Always finish with an evaluation (which also writes the final generation log).
@@ -108,6 +142,9 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
 
     summary = finish(config, trainer, tokenizer, train_result, eval_metrics, generation_logger, backend,
                      train_seconds, time.perf_counter() - started)
+    # Every rank says where it ended, so a multi-process run shows that all ranks agree.
+    log.info("rank %d of %d finished at global step %d", trainer.args.process_index, trainer.args.world_size,
+             trainer.state.global_step)
     return summary
 
 
@@ -116,6 +153,8 @@ def finish(config, trainer, tokenizer, train_result, eval_metrics, generation_lo
     """Save the adapter, tokenizer, trainer state and a metrics summary; return the summary."""
     out = Path(config.output_dir)
     trainer.save_model(str(out))  # LoRA adapter (adapter_model.safetensors + adapter_config.json)
+    if trainer.is_world_process_zero():
+        verify_adapter(out)
     trainer.save_state()  # trainer_state.json: the full log history
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(out))
@@ -153,6 +192,18 @@ def finish(config, trainer, tokenizer, train_result, eval_metrics, generation_lo
     if config.save_merged:
         save_merged(trainer.model, tokenizer, out / "merged_16bit")
     return summary
+
+
+def verify_adapter(path: Path) -> None:
+    """Reload the saved adapter and check it holds trained LoRA weights (B matrices start at zero)."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(path / "adapter_model.safetensors"))
+    lora_b = [t for k, t in weights.items() if "lora_B" in k]
+    if not lora_b or not any(bool(t.abs().sum() > 0) for t in lora_b):
+        log.warning("Saved adapter in %s has all-zero LoRA B weights: nothing was learned (check rewards).", path)
+    else:
+        log.info("Adapter check: %d LoRA tensors reloaded from %s, trained weights non-zero.", len(weights), path)
 
 
 def save_merged(model, tokenizer, path: Path) -> None:

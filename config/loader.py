@@ -219,7 +219,8 @@ def build_config(
         trl_args.update(checked.pop("trl_args", {}))
         merged.update(checked)
     config = GRPORunConfig(**merged, trl_args=trl_args)
-    validate(config)
+    # Under torchrun / accelerate every process sees WORLD_SIZE: the batch arithmetic must hold for all of them.
+    validate(config, world_size=int(os.environ.get("WORLD_SIZE", "1")))
     return config
 
 
@@ -256,6 +257,9 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
             "load_best_model_at_end needs evaluations and checkpoints that line up: set eval_steps > 0 and "
             "save_steps to a multiple of it."
         )
+    if (config.use_vllm or config.fast_inference) and importlib.util.find_spec("vllm") is None:
+        raise UsageError("vLLM generation was requested (use_vllm / fast_inference) but vllm is not installed: "
+                         "pip install vllm on a CUDA machine, or drop --use-vllm.")
     check_batch_arithmetic(config, world_size)
 
 

@@ -73,6 +73,20 @@ class GRPORunConfig:
     )
     max_lora_rank: int = _f(0, "Largest LoRA rank vLLM prepares for with fast_inference (0 = lora_r).", PANEL_MODEL)
 
+    use_vllm: bool = _f(
+        False, "Generate with vLLM (GPU only; needs vllm): a `trl vllm-serve` server or colocated in-process.",
+        PANEL_MODEL, True,
+    )
+    vllm_mode: Literal["server", "colocate"] = _f(
+        "server", "vLLM mode: 'server' (a separate `trl vllm-serve` process) or 'colocate' (same GPUs).",
+        PANEL_MODEL, True,
+    )
+    vllm_server_host: str = _f("0.0.0.0", "vLLM server host (server mode).", PANEL_MODEL, True)
+    vllm_server_port: int = _f(8000, "vLLM server port (server mode).", PANEL_MODEL, True)
+    vllm_gpu_memory_utilization: float = _f(
+        0.3, "GPU memory fraction for colocated vLLM (TRL's vllm_gpu_memory_utilization).", PANEL_MODEL, True
+    )
+
     # ---- Data --------------------------------------------------------------------------------------------------
     dataset: str = _f("ultrafeedback", "Dataset preset (see `--list-datasets`).", PANEL_DATA)
     dataset_path: str = _f(

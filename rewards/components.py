@@ -55,7 +55,7 @@ class Accuracy(RewardComponent):
     when the right number appears somewhere but is not the final answer. Without `answer`: the fraction of
     `correct_keywords` found (case-insensitive, any language). Neither: None (not scored). `mode` "exact" asks
     for the answer alone: the whole completion (trimmed, a final period allowed) must be the answer — for prompts
-    that say "answer with just the number".
+    that say "answer with just the number"; there `partial_credit` goes to a right final answer with other text.
 
     Example: answer "72", completion "She sold 48 + 24 = 72 clips." -> 1.0 ("exact": 0.0; "72" -> 1.0)
     """
@@ -74,11 +74,13 @@ class Accuracy(RewardComponent):
         for i, text in enumerate(texts):
             reference = answer[i] if answer is not None else None
             if reference is not None and str(reference).strip():
-                if self.mode == "exact":
-                    out.append(1.0 if answers_match(text.strip().rstrip("."), str(reference), self.tolerance)
-                               else 0.0)
-                    continue
                 predicted = extract_final_answer(text, self.answer_tag)
+                if self.mode == "exact":
+                    if answers_match(text.strip().rstrip("."), str(reference), self.tolerance):
+                        out.append(1.0)
+                    else:  # right answer wrapped in other text: partial credit, so there is a gradient to follow
+                        out.append(self.partial_credit if answers_match(predicted, str(reference)) else 0.0)
+                    continue
                 if answers_match(predicted, str(reference), self.tolerance):
                     out.append(1.0)
                 elif self.partial_credit and any(answers_match(n, str(reference), self.tolerance)

@@ -123,3 +123,73 @@ def test_bad_config_values_fail_with_the_fix(tmp_path, layer, message):
 
 def test_model_presets_cover_the_spec():
     assert {"llama-3.1-8b", "llama-3.1-70b", "gemma-2-9b", "qwen2.5-7b", "smollm2-135m"} <= set(MODEL_PRESETS)
+
+
+LAUNCHERS = sorted((PRESET_DIR.parent / "accelerate").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", LAUNCHERS, ids=lambda p: p.name)
+def test_every_launcher_config_parses_and_says_when_to_use_it(path):
+    import yaml
+
+    text = path.read_text()
+    assert text.startswith("#"), "each launcher config opens with when to use it"
+    data = yaml.safe_load(text)
+    assert data["distributed_type"] in {"MULTI_GPU", "DEEPSPEED", "FSDP"}
+    assert data["num_processes"] >= 2 and data["mixed_precision"] == "bf16"
+    if data["distributed_type"] == "DEEPSPEED":
+        assert data["deepspeed_config"]["zero_stage"] in (2, 3)
+
+
+def test_launcher_configs_cover_ddp_zero2_zero3_fsdp():
+    assert {p.stem for p in LAUNCHERS} == {"ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"}
+
+
+def test_vllm_flags_land_in_the_grpo_config_the_trainer_receives(monkeypatch):
+    import importlib.util
+
+    from trl import GRPOConfig
+
+    from training import grpo_config_kwargs
+
+    real_find_spec = importlib.util.find_spec
+    # vllm is GPU-only and not installed here: pretend it is, to check what we hand TRL
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+    config = build_config(preset="default", flags={"use_vllm": True, "vllm_mode": "server",
+                                                   "vllm_server_host": "10.0.0.5", "vllm_server_port": 8001})
+    args = GRPOConfig(**grpo_config_kwargs(config, has_eval=False, reward_weights=None), use_cpu=True)
+    assert (args.use_vllm, args.vllm_mode, args.vllm_server_host, args.vllm_server_port) == (True, "server", "10.0.0.5", 8001)
+    colocate = build_config(preset="default", flags={"use_vllm": True, "vllm_mode": "colocate"},
+                            overrides=["vllm_gpu_memory_utilization=0.4"])
+    args = GRPOConfig(**grpo_config_kwargs(colocate, has_eval=False, reward_weights=None), use_cpu=True)
+    assert args.vllm_mode == "colocate" and args.vllm_gpu_memory_utilization == 0.4
+
+
+def test_unsloth_fast_inference_settings_reach_from_pretrained_kwargs(monkeypatch):
+    """GPU-only branch: check what we pass to Unsloth (FastLanguageModel.from_pretrained) for vLLM generation."""
+    import importlib.util
+
+    import model_loader
+    from training import grpo_config_kwargs
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+    config = build_config(preset="default", flags={"model_name": "qwen2.5-7b"},
+                          overrides=["fast_inference=true", "gpu_memory_utilization=0.5", "max_lora_rank=32"])
+    assert model_loader.unsloth_kwargs(config) == {
+        "max_seq_length": 2048, "load_in_4bit": True, "use_gradient_checkpointing": "unsloth",
+        "fast_inference": True, "gpu_memory_utilization": 0.5, "max_lora_rank": 32}
+    assert grpo_config_kwargs(config, has_eval=False, reward_weights=None)["use_vllm"] is True
+
+
+def test_vllm_requested_without_vllm_installed_exits_2(cli):
+    code, _, err = cli("--quick-test", "--use-vllm", "--dry-run")
+    assert code == 2 and "vllm is not installed" in err
+
+
+def test_world_size_enters_the_batch_arithmetic(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    # 8 per device x 3 processes = 24 completions: whole groups of 4, fine; groups of 16 are not
+    assert build_config(preset="default").num_generations == 4
+    with pytest.raises(UsageError, match=r"x 3 process\(es\)"):
+        build_config(preset="default", overrides=["num_generations=16"])

@@ -50,6 +50,9 @@ def test_accuracy_partial_credit_and_keywords_and_not_applicable():
     # exact mode: the answer alone (trimmed, final period allowed), as "answer with just the number" asks
     exact = Accuracy(mode="exact")
     assert exact(completions=["7 + 3 = 10", " 10.", "10 apples"], answer=["10"] * 3) == [0.0, 1.0, 0.0]
+    # ... with partial credit for the right final answer inside other text
+    assert Accuracy(mode="exact", partial_credit=0.5)(completions=["7 + 3 = 10", "10", "7 + 3 = 11"],
+                                                      answer=["10"] * 3) == [0.5, 1.0, 0.0]
     # neither: None, which TRL skips
     assert Accuracy()(completions=["anything"]) == [None]
 
