@@ -39,7 +39,8 @@ class DeterministicSampling(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         import torch
 
-        torch.manual_seed(args.seed * 1_000_003 + state.global_step)
+        # A function of (seed, step, rank): reproducible across resumes, different on each process.
+        torch.manual_seed((args.seed * 1_000_003 + state.global_step) * 1_009 + args.process_index)
 
 
 def build_manifest(config_dict: dict[str, Any], dataset_fingerprint: str) -> dict[str, Any]:

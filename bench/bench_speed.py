@@ -1,0 +1,92 @@
+"""GRPO step time: our CLI vs a plain TRL GRPO script on identical work, run alternately (A B A B ...) so that
+machine drift cancels.
+
+    .venv/bin/python bench/bench_speed.py --rounds 3 --steps 4            # the BENCHMARKS.md numbers
+    .venv/bin/python bench/bench_speed.py --rounds 1 --steps 1            # the CI smoke check
+
+Per-step times come from TRL's own `step_time` metric in each run's trainer_state.json (generation + scoring +
+backward of one optimizer step, excluding model load); the first step of each run is reported but left out of the
+median (warm-up). Peak RSS is the child process's own maximum resident set (GNU time).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def run(argv: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one child process (GNU time's %M, the child's own maximum)."""
+    gnu_time = ["/usr/bin/time", "-f", "MAXRSS_KB %M"] if os.path.exists("/usr/bin/time") else []
+    started = time.perf_counter()
+    proc = subprocess.run([*gnu_time, *argv], cwd=ROOT, env=ENV, text=True, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE)
+    if proc.returncode:
+        sys.exit(f"{argv} failed:\n{proc.stderr[-2000:]}")
+    rss = [int(line.split()[1]) / 1024 for line in proc.stderr.splitlines() if line.startswith("MAXRSS_KB")]
+    return time.perf_counter() - started, rss[-1] if rss else float("nan")
+
+
+def ours(out: str, a) -> list[str]:
+    return [sys.executable, "train_grpo.py", "--quick-test", "--output-dir", out, "--max-steps", str(a.steps),
+            "--seed", str(a.seed), "--disable-generation-logging", "--set", f"per_device_train_batch_size={a.batch}",
+            "--set", f"num_generations={a.generations}", "--set", f"max_completion_length={a.completion_length}",
+            "--set", "save_steps=0", "--set", "eval_fraction=0", "--set", "max_eval_samples=0", *a.ours_args]
+
+
+def plain(out: str, a) -> list[str]:
+    return [sys.executable, "bench/plain_trl_grpo.py", out, "--steps", str(a.steps), "--batch", str(a.batch),
+            "--generations", str(a.generations), "--completion-length", str(a.completion_length), "--seed", str(a.seed)]
+
+
+def step_stats(out: str) -> tuple[list[float], list[float]]:
+    history = json.loads((Path(out) / "trainer_state.json").read_text())["log_history"]
+    steps = [h for h in history if "step_time" in h]
+    tokens = [h["completions/mean_length"] for h in steps]
+    return [h["step_time"] for h in steps], tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--completion-length", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--ours-args", nargs="*", default=[], help="extra train_grpo.py arguments for our side")
+    a = parser.parse_args()
+    results = {"ours": {"steps": [], "tokens": [], "rss": [], "wall": []},
+               "plain": {"steps": [], "tokens": [], "rss": [], "wall": []}}
+    for _ in range(a.rounds):
+        for name, build in (("ours", ours), ("plain", plain)):
+            with tempfile.TemporaryDirectory() as out:
+                wall, rss = run(build(out, a))
+                times, tokens = step_stats(out)
+            r = results[name]
+            r["steps"] += times[1:] if len(times) > 1 else times  # drop each run's warm-up step
+            r["tokens"] += tokens[1:] if len(tokens) > 1 else tokens
+            r["rss"].append(rss)
+            r["wall"].append(wall)
+    rows = {}
+    for name, r in results.items():
+        median = statistics.median(r["steps"])
+        tokens_per_s = statistics.mean(r["tokens"]) * a.batch / median
+        rows[name] = median
+        print(f"{name:<6} step time median {median:.2f} s (min {min(r['steps']):.2f}, max {max(r['steps']):.2f}, "
+              f"n={len(r['steps'])}); completion tokens/s {tokens_per_s:.1f}; peak RSS {max(r['rss']):.0f} MiB; "
+              f"wall per run {statistics.median(r['wall']):.1f} s")
+    print(f"ratio ours/plain (median step time): {rows['ours'] / rows['plain']:.2f}")
+    print(json.dumps({"ratio": rows["ours"] / rows["plain"], **{k: v for k, v in rows.items()}}))
+
+
+if __name__ == "__main__":
+    main()
