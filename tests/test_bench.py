@@ -1,0 +1,35 @@
+"""The benchmark scripts in their smallest mode, so they cannot rot (their numbers live in BENCHMARKS.md)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*args, timeout=900):
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_learning_benchmark_tiny_mode():
+    out = _run("bench/bench_learning.py", "--seeds", "5", "--tiny")
+    (result,) = json.loads(out.strip().splitlines()[-1])
+    assert result["steps"] == 1 and result["eval_prompts"] == 4
+    assert 0.0 <= result["before"] <= 1.0 and 0.0 <= result["after"] <= 1.0
+
+
+def test_speed_benchmark_one_step():
+    out = _run("bench/bench_speed.py", "--rounds", "1", "--steps", "1")
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["ours"] > 0 and summary["plain"] > 0 and summary["ratio"] > 0
+
+
+def test_rewards_and_data_benchmarks_run():
+    assert "balanced" in _run("bench/bench_rewards.py")
+    assert "second run" in _run("bench/bench_data.py")
