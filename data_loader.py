@@ -459,6 +459,18 @@ def _load_local(path: Path, spec: DatasetSpec):
         raise UsageError(f"--dataset-path {path} could not be read: {str(err).splitlines()[0][:200]}") from None
 
 
+def _cache_key(custom_data: str, settings: dict[str, Any]) -> str | None:
+    """Identity of a custom file's mapped result: the file (path, size, mtime), every setting that changes the mapping,
+    and this module's own source (so a new mapping never reads an old cache)."""
+    try:
+        stat = Path(custom_data).stat()
+    except OSError:
+        return None
+    identity = {"path": str(Path(custom_data).resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns,
+                "settings": settings, "code": hashlib.sha1(Path(__file__).read_bytes()).hexdigest()}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
 def load_grpo_dataset(
     dataset: str = "ultrafeedback",
     dataset_path: str = "",
@@ -470,10 +482,49 @@ def load_grpo_dataset(
     system_prompt: str = "",
     field_names: FieldNames = FieldNames(),
 ):
-    """Load, map, shuffle and cap a dataset: returns (train, eval or None, DatasetReport)."""
+    """Load, map, shuffle and cap a dataset: returns (train, eval or None, DatasetReport).
+
+    A custom JSONL file's mapped result is cached under the cache dir (memory-mapped Arrow), so a second run on
+    the same file and settings skips parsing and mapping. Hub and local presets rely on `datasets`' own cache."""
     import datasets
 
     datasets.disable_progress_bars()
+    settings = dict(max_samples=max_samples, max_eval_samples=max_eval_samples, eval_fraction=eval_fraction,
+                    seed=seed, system_prompt=system_prompt, field_names=field_names.__dict__)
+    key = _cache_key(custom_data, settings) if custom_data else None
+    if key is not None:
+        from model_loader import cache_dir
+
+        cached = cache_dir() / "datasets" / key
+        if (cached / "report.json").exists():
+            parts = datasets.load_from_disk(str(cached))
+            report = DatasetReport(**json.loads((cached / "report.json").read_text()))
+            return parts["train"], parts["eval"] if "eval" in parts else None, report
+    train, evaluation, report = _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samples,
+                                              eval_fraction, seed, system_prompt, field_names)
+    if key is not None:
+        import shutil
+        import tempfile
+
+        parts = {"train": train, **({"eval": evaluation} if evaluation is not None else {})}
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        # Written aside and renamed: a reader never sees half a cache, and two ranks writing at once do no harm.
+        tmp = Path(tempfile.mkdtemp(dir=cached.parent, prefix=f".{key}-"))
+        try:
+            datasets.DatasetDict(parts).save_to_disk(str(tmp / "data"))
+            (tmp / "data" / "report.json").write_text(json.dumps(report.as_dict(), default=str))
+            (tmp / "data").rename(cached)
+        except OSError:
+            pass  # another process got there first; its cache is the same
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return train, evaluation, report
+
+
+def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samples, eval_fraction, seed,
+                  system_prompt, field_names):
+    import datasets
+
     if custom_data:
         rows, fmt = read_custom_jsonl(custom_data, field_names)
         report = DatasetReport(source=f"custom file {custom_data}", format=fmt)

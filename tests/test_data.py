@@ -254,3 +254,17 @@ def test_python_api_create_grpo_dataloader():
     batch = next(iter(loader))
     assert len(batch) == 4 and len(dataset) == 16
     assert batch[0]["prompt_text"].startswith("<|im_start|>") and batch[0]["answer"]
+
+
+def test_custom_data_second_load_comes_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
+    path = _jsonl(tmp_path, [{"prompt": f"p{i}", "chosen": "c", "rejected": "r"} for i in range(20)])
+    first = load_grpo_dataset(custom_data=path, eval_fraction=0.2, seed=1)
+    assert len(list((tmp_path / "cache" / "datasets").iterdir())) == 1
+    second = load_grpo_dataset(custom_data=path, eval_fraction=0.2, seed=1)
+    assert second[0]["id"] == first[0]["id"] and second[1]["id"] == first[1]["id"]
+    assert second[2].rows == first[2].rows
+    # a different setting is a different cache entry, not a stale hit
+    third = load_grpo_dataset(custom_data=path, eval_fraction=0.2, seed=2)
+    assert third[0]["id"] != first[0]["id"]
+    assert len(list((tmp_path / "cache" / "datasets").iterdir())) == 2
