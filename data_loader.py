@@ -290,16 +290,14 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
             "prompt": fmt_prompt}[fmt]
 
 
-def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames()) -> tuple[list[Row], str]:
-    """Every line parsed and checked before anything is mapped: errors name the file and the line."""
+def iter_jsonl(path: str | Path, what: str = "File"):
+    """(line number, object) for each non-empty line of a .jsonl or .jsonl.gz file; errors name the file and line."""
     path = Path(path)
     if not path.exists():
-        raise UsageError(f"Custom data file {path} does not exist: check the path.")
+        raise UsageError(f"{what} {path} does not exist: check the path.")
     if path.is_dir():
-        raise UsageError(f"Custom data {path} is a directory: give a .jsonl file (or use --dataset-path for a preset).")
+        raise UsageError(f"{what} {path} is a directory: give a .jsonl file.")
     opener = gzip.open if path.suffix == ".gz" else open
-    rows: list[Row] = []
-    fmt: str | None = None
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
             for lineno, line in enumerate(handle, 1):
@@ -311,22 +309,30 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames()) -> tup
                     raise UsageError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno}).") from None
                 if not isinstance(row, dict):
                     raise UsageError(f"{path}:{lineno}: each line must be a JSON object, not {type(row).__name__}.")
-                row_fmt = detect_custom_format(row, names)
-                if row_fmt is None:
-                    raise UsageError(
-                        f"{path}:{lineno}: no usable fields (found {', '.join(sorted(row)) or 'none'}). Accepted: "
-                        + "; ".join(CUSTOM_FORMATS.values()) + ". Or name fields with --prompt-field etc."
-                    )
-                if fmt is None:
-                    fmt = row_fmt
-                elif row_fmt != fmt:
-                    raise UsageError(
-                        f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
-                        f"'{fmt}' rows: use one format per file."
-                    )
-                rows.append(row)
+                yield lineno, row
     except (OSError, UnicodeDecodeError, EOFError) as err:
-        raise UsageError(f"Custom data file {path} cannot be read ({err.__class__.__name__}: {err}).") from None
+        raise UsageError(f"{what} {path} cannot be read ({err.__class__.__name__}: {err}).") from None
+
+
+def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames()) -> tuple[list[Row], str]:
+    """Every line parsed and checked before anything is mapped: errors name the file and the line."""
+    rows: list[Row] = []
+    fmt: str | None = None
+    for lineno, row in iter_jsonl(path, "Custom data file"):
+        row_fmt = detect_custom_format(row, names)
+        if row_fmt is None:
+            raise UsageError(
+                f"{path}:{lineno}: no usable fields (found {', '.join(sorted(row)) or 'none'}). Accepted: "
+                + "; ".join(CUSTOM_FORMATS.values()) + ". Or name fields with --prompt-field etc."
+            )
+        if fmt is None:
+            fmt = row_fmt
+        elif row_fmt != fmt:
+            raise UsageError(
+                f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
+                f"'{fmt}' rows: use one format per file."
+            )
+        rows.append(row)
     if fmt is None:
         raise UsageError(f"Custom data file {path} has no rows.")
     return rows, fmt

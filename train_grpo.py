@@ -255,19 +255,12 @@ def load_data(config):
 
 
 def preview_rewards(reward_set, path: Path) -> None:
+    from data_loader import iter_jsonl
     from rewards import score_rows
 
     rows = []
-    if not path.exists():
-        raise UsageError(f"--score-completions {path} does not exist: check the path.")
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{path}:{lineno}: not valid JSON ({err.msg}).") from None
-        if not isinstance(row, dict) or not ("completion" in row or isinstance(row.get("completions"), list)):
+    for lineno, row in iter_jsonl(path, "--score-completions"):
+        if not ("completion" in row or isinstance(row.get("completions"), list)):
             raise UsageError(f"{path}:{lineno}: each row needs 'completion' (a string) or 'completions' (a list).")
         rows.append(row)
     for result in score_rows(reward_set, rows):

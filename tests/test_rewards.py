@@ -233,3 +233,12 @@ def test_score_completions_through_the_cli(cli, tmp_path):
 
 def test_registry_names_match_component_names():
     assert all(cls.name == key for key, cls in REGISTRY.items())
+
+
+def test_score_completions_bad_rows(cli, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"prompt": "p", "completion": "a"}\n{"prompt": "p"}\n')
+    code, _, err = cli("--score-completions", str(samples))
+    assert code == 2 and "samples.jsonl:2: each row needs 'completion'" in err
+    code, _, err = cli("--score-completions", str(tmp_path / "missing.jsonl"))
+    assert code == 2 and "does not exist" in err
