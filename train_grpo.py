@@ -179,6 +179,17 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         return
 
     out = check_output_dir(config.output_dir)
+    if config.generation_log_dir:
+        check_output_dir(config.generation_log_dir)
+    if config.wandb_project:
+        check_wandb()
+    if config.save_merged and config.load_in_4bit:
+        import torch  # only paid when --save-merged is asked for
+
+        if not torch.cuda.is_available():
+            # Refuse now, not after training: merging into 4-bit weights needs Unsloth's GPU path.
+            raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge into "
+                             "4-bit): add --no-4bit, or merge later on a GPU.")
     if eval_only and not resume_from_checkpoint:
         raise UsageError("--eval-only needs an adapter to evaluate: --resume-from-checkpoint PATH (a checkpoint-N "
                          "directory or a finished run's output directory).")
@@ -194,7 +205,12 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     check_columns(reward_set, set(train_ds.column_names), report.source)
 
     if dry_run:
-        document = {"config": config_to_dict(config), "preset": preset, "dataset": report.as_dict(),
+        dataset_report = report.as_dict()
+        if config.max_prompt_length:
+            dataset_report["prompt_length_filter"] = (
+                f"prompts over {config.max_prompt_length} tokens are dropped (and counted) with the model's tokenizer "
+                "when training starts")
+        document = {"config": config_to_dict(config), "preset": preset, "dataset": dataset_report,
                     "rewards": {"mode": config.reward_function_type, "components": reward_set.names,
                                 "weights": reward_set.weights}}
         print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
@@ -277,6 +293,20 @@ def check_output_dir(path: str) -> Path:
         raise UsageError(f"Output directory {out} is not writable ({probe} is not a writable directory): "
                          "choose another --output-dir.")
     return out
+
+
+def check_wandb() -> None:
+    """W&B problems surface now, not as a crash or a login prompt in the middle of a run."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise UsageError("--wandb-project needs wandb: pip install wandb (or drop --wandb-project / use --no-wandb).")
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    if not (netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore")):
+        raise UsageError("W&B is not logged in: run `wandb login`, set WANDB_API_KEY, or log offline with "
+                         "WANDB_MODE=offline (or drop --wandb-project).")
 
 
 def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) -> str:

@@ -37,6 +37,16 @@ def dataset_fingerprint(train_ds) -> str:
     return digest.hexdigest()[:16]
 
 
+def evaluate(trainer) -> dict[str, Any]:
+    """trainer.evaluate(), plus the reward metrics TRL logs but does not return (eval_reward, eval_rewards/...)."""
+    metrics = dict(trainer.evaluate())
+    for entry in reversed(trainer.state.log_history):
+        if "eval_reward" in entry:
+            metrics.update({k: v for k, v in entry.items() if k.startswith("eval_")})
+            break
+    return metrics
+
+
 def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: list[float] | None) -> dict[str, Any]:
     """Everything TRL's GRPOConfig receives (kept separate so tests can check what we hand over)."""
     kwargs = trl_kwargs(config)
@@ -136,7 +146,7 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     eval_metrics: dict[str, Any] = {}
     if eval_ds is not None and not (config.eval_steps and trainer.state.global_step % config.eval_steps == 0):
         # Always finish with an evaluation (which also writes the final generation log).
-        eval_metrics = trainer.evaluate()
+        eval_metrics = evaluate(trainer)
     elif eval_ds is None and generation_logger is not None:
         generation_logger.log_generations(trainer.model, trainer.state.global_step)
 
@@ -287,7 +297,7 @@ def run_evaluation(config: GRPORunConfig, train_ds, eval_ds, report, reward_set:
                               tokenizer, reward_set, out, config.generation_max_new_tokens or config.max_completion_length,
                               pass_k=config.eval_pass_k, temperature=config.temperature)
     summary = logger.log_generations(trainer.model, step) or {}
-    metrics = trainer.evaluate()
+    metrics = evaluate(trainer)
     result = {"adapter": str(adapter_dir), "global_step": step, "eval": metrics, "generation_log": summary,
               "output_dir": str(out)}
     (out / "eval_metrics.json").write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -64,6 +64,7 @@ def _write(tmp_path, name, text):
         (["--quick-test", "--production"], "choose one"),
         (["--max-generation-samples", "0"], "at least 1"),
         (["--resume-from-checkpoint", "/no/such/checkpoint"], "does not exist"),
+        (["--save-merged"], "--save-merged with 4-bit weights needs a GPU"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(cli, tmp_path, args, message):
@@ -102,11 +103,14 @@ def test_unwritable_output_dir(cli, tmp_path):
     assert code == 2 and "not writable" in err
 
 
-def test_output_dir_under_a_file_is_refused(cli, tmp_path):
+def test_output_and_log_dirs_under_a_file_are_refused(cli, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     code, _, err = cli("--quick-test", "--output-dir", str(blocker / "run"))
     assert code == 2 and "not writable" in err
+    code, _, err = cli("--quick-test", "--output-dir", str(tmp_path / "out"), "--generation-log-dir", str(blocker / "g"))
+    assert code == 2 and "not writable" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_listings(cli):
@@ -151,3 +155,12 @@ def test_adapter_for_another_base_model_is_refused(tmp_path):
     save_file({"x": torch.zeros(1)}, str(adapter / "adapter_model.safetensors"))
     with pytest.raises(UsageError, match="is an adapter for 'meta-llama/Llama-3.1-8B', not for 'smollm2-135m'"):
         check_adapter_dir(adapter, "smollm2-135m")
+
+
+def test_wandb_not_logged_in_while_online_is_refused_up_front(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    code, _, err = cli("--quick-test", "--wandb-project", "p", "--output-dir", str(tmp_path / "out"))
+    assert code == 2 and "W&B is not logged in" in err
+    assert not (tmp_path / "out").exists()

@@ -40,7 +40,7 @@ def multi_run(tmp_path_factory):
     base_hash_before = sha(embedded_weights())
     result = run_cli("--quick-test", "--max-steps", "2", "--eval-steps", "1", "--reward-function", "multi",
                      "--reward-preset", "math", "--max-generation-samples", "3", "--output-dir", str(out),
-                     "--wandb-project", "grpo-tests", "--run-name", "e2e", "--set", "save_steps=2",
+                     "--wandb-project", "grpo-tests", "--run-name", "e2e", "--set", "save_steps=1",
                      "--set", "eval_pass_k=2",
                      env_extra={"WANDB_DIR": str(out.parent)})
     return out, result, base_hash_before
@@ -84,8 +84,12 @@ def test_pass_at_k_reported_for_verifiable_data(multi_run):
 def test_best_checkpoint_is_tracked_by_eval_reward(multi_run):
     out, _, _ = multi_run
     summary = json.loads((out / "metrics_summary.json").read_text())
-    assert summary["best_checkpoint"].endswith("checkpoint-2")  # the only checkpoint, chosen by eval_reward
-    assert summary["best_metric"] is not None
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    evals = {h["step"]: h["eval_reward"] for h in history if "eval_reward" in h and h["step"] in (1, 2)}
+    best_step = max(evals, key=lambda step: (evals[step], -step))  # the first step reaching the best value
+    assert summary["best_checkpoint"].endswith(f"checkpoint-{best_step}")
+    assert summary["best_metric"] == pytest.approx(evals[best_step])
+    assert "eval_reward" in summary["eval"] or 2 in evals  # the final evaluation's reward metrics are kept
 
 
 def test_eval_only_on_a_saved_adapter_leaves_it_unchanged(multi_run):
@@ -99,7 +103,7 @@ def test_eval_only_on_a_saved_adapter_leaves_it_unchanged(multi_run):
     entries = json.loads((eval_dir / "generation_log_step_2.json").read_text())
     assert len(entries) == 2 and entries[0]["global_step"] == 2
     metrics = json.loads((eval_dir / "eval_metrics.json").read_text())
-    assert "eval_reward" in metrics["eval"] and "eval_rewards/accuracy/mean" in metrics["eval"]
+    assert "eval_reward" in metrics["eval"] and "eval_rewards/reward_total/mean" in metrics["eval"]  # single mode
 
 
 def test_multi_logs_one_metric_per_component(multi_run):
@@ -156,7 +160,8 @@ def fallback_run(tmp_path_factory):
     """The transformers + PEFT path (as when Unsloth cannot import), without generation logging."""
     out = tmp_path_factory.mktemp("fallback") / "run"
     result = run_cli("--quick-test", "--max-steps", "1", "--backend", "transformers", "--no-4bit",
-                     "--disable-generation-logging", "--output-dir", str(out), "--set", "save_steps=0")
+                     "--disable-generation-logging", "--output-dir", str(out), "--set", "save_steps=0",
+                     "--save-merged")
     return out, result
 
 
@@ -165,6 +170,15 @@ def test_transformers_fallback_trains_on_cpu(fallback_run):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Backend: transformers" in result.stderr
     assert json.loads((out / "metrics_summary.json").read_text())["global_step"] == 1
+
+
+def test_save_merged_writes_a_loadable_16bit_model(fallback_run):
+    from transformers import AutoModelForCausalLM
+
+    out, _ = fallback_run
+    merged = AutoModelForCausalLM.from_pretrained(out / "merged_16bit")
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    assert (out / "merged_16bit" / "tokenizer_config.json").exists()
 
 
 def test_disabled_generation_logging_writes_none(fallback_run):

@@ -242,3 +242,34 @@ def test_score_completions_bad_rows(cli, tmp_path):
     assert code == 2 and "samples.jsonl:2: each row needs 'completion'" in err
     code, _, err = cli("--score-completions", str(tmp_path / "missing.jsonl"))
     assert code == 2 and "does not exist" in err
+
+
+def test_reward_model_component_with_a_tiny_local_classifier(tmp_path):
+    """A real sequence-classification model (tiny random Llama) saved locally, with the embedded model's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    from model_loader import embedded_model_dir
+    from rewards.components import RewardModel
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, num_labels=1,
+                         pad_token_id=tokenizer.pad_token_id)
+    LlamaForSequenceClassification(config).save_pretrained(tmp_path / "rm")
+    tokenizer.save_pretrained(tmp_path / "rm")
+    reward = RewardModel(model=str(tmp_path / "rm"), batch_size=2)
+    prompts = [[{"role": "user", "content": "Say hi"}]] * 3
+    scores = reward(prompts=prompts, completions=[conv("hi"), conv("hello there"), conv("hi")])
+    assert len(scores) == 3 and all(isinstance(s, float) for s in scores)
+    assert scores[0] == pytest.approx(scores[2], abs=1e-4)  # same input, same score (padding does not leak)
+    assert scores[0] != scores[1]
+    assert pickle.loads(pickle.dumps(reward)).model == reward.model  # picklable without its weights
+
+
+def test_reward_model_that_cannot_load_is_a_clear_error(tmp_path):
+    from rewards.components import RewardModel
+
+    with pytest.raises(UsageError, match="cannot load"):
+        RewardModel(model=str(tmp_path / "nothing"))(completions=["x"])

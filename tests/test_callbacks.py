@@ -1,0 +1,70 @@
+"""The generation logger on the real embedded model: output fields, and failures that must not end training."""
+
+import json
+
+import pytest
+
+from rewards import load_reward_config, parse_reward_config
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from model_loader import embedded_model_dir
+
+    path = embedded_model_dir()
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def _logger(tmp_path, tokenizer, rows, **kwargs):
+    from callbacks import GenerationLogger
+
+    data, source = load_reward_config("arithmetic")
+    return GenerationLogger(rows, tokenizer, parse_reward_config(data, source), tmp_path / "logs",
+                            max_new_tokens=8, **kwargs)
+
+
+ROWS = [{"id": f"r{i}", "prompt": [{"role": "user", "content": f"What is {i} + 1? Answer with just the number."}],
+         "answer": str(i + 1)} for i in range(3)]
+
+
+def test_greedy_generations_are_scored_and_written(tmp_path, model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    logger = _logger(tmp_path, tokenizer, ROWS, pass_k=2)
+    summary = logger.log_generations(model, global_step=7)
+    entries = json.loads((tmp_path / "logs" / "generation_log_step_7.json").read_text())
+    assert [e["sample_index"] for e in entries] == [0, 1, 2]
+    assert all(e["reward_total"] == e["rewards"]["accuracy"] for e in entries)
+    assert summary["reward_mean"] == pytest.approx(sum(e["reward_total"] for e in entries) / 3)
+    assert 0 <= summary["pass@1"] <= summary["pass@2"] <= 1
+    again = _logger(tmp_path, tokenizer, ROWS).log_generations(model, global_step=7)
+    assert again["reward_mean"] == summary["reward_mean"]  # greedy: the same prompts give the same log
+
+
+def test_a_failure_is_logged_and_training_goes_on(tmp_path, model_and_tokenizer, caplog):
+    import logging
+
+    _, tokenizer = model_and_tokenizer
+
+    class Broken:  # a model whose generate() fails, as an OOM or a bad adapter would
+        device = "cpu"
+        training = True
+
+        def eval(self):
+            pass
+
+        def train(self):
+            pass
+
+        def generate(self, **kwargs):
+            raise RuntimeError("out of memory")
+
+    logger = logging.getLogger("grpo")
+    logger.addHandler(caplog.handler)
+    try:
+        assert _logger(tmp_path, tokenizer, ROWS).log_generations(Broken(), global_step=3) is None
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert any("Generation logging failed at step 3" in r.getMessage() for r in caplog.records)
+    assert not (tmp_path / "logs" / "generation_log_step_3.json").exists()
