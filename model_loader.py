@@ -127,11 +127,15 @@ def _patch_trl_for_cpu() -> None:
     patch_trl_fused_lm_head()
 
 
+def gradient_checkpointing(config) -> str | bool:
+    """The config's string as Unsloth / transformers take it."""
+    return {"unsloth": "unsloth", "true": True, "false": False}[config.use_gradient_checkpointing]
+
+
 def unsloth_kwargs(config) -> dict:
     """What FastLanguageModel.from_pretrained receives (besides the path)."""
-    gc = {"unsloth": "unsloth", "true": True, "false": False}[config.use_gradient_checkpointing]
     kwargs = dict(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit,
-                  use_gradient_checkpointing=gc)
+                  use_gradient_checkpointing=gradient_checkpointing(config))
     if config.fast_inference:
         # vLLM inside the training process (GPU only), with Unsloth's documented GRPO settings.
         kwargs.update(fast_inference=True, gpu_memory_utilization=config.gpu_memory_utilization,
@@ -142,7 +146,7 @@ def unsloth_kwargs(config) -> dict:
 def load_model(config, backend: str):
     """(model with LoRA adapters, tokenizer) through the chosen backend."""
     path = model_path(config.model_name)
-    gc = {"unsloth": "unsloth", "true": True, "false": False}[config.use_gradient_checkpointing]
+    gc = gradient_checkpointing(config)
     try:
         if backend == "unsloth":
             from unsloth import FastLanguageModel

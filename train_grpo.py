@@ -194,10 +194,10 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         raise UsageError("--eval-only needs an adapter to evaluate: --resume-from-checkpoint PATH (a checkpoint-N "
                          "directory or a finished run's output directory).")
     resume_from = resolve_checkpoint(resume_from_checkpoint, out, eval_only) if resume_from_checkpoint else None
-    if eval_only:
-        from training import check_adapter_dir
+    if resume_from:
+        from training import check_adapter_dir  # light module: heavy imports stay inside its functions
 
-        check_adapter_dir(Path(resume_from), config.model_name)
+        check_adapter_dir(Path(resume_from), config.model_name)  # before any data or model is loaded
     train_ds, eval_ds, report = load_data(config)
     reward_set = build_rewards(config, report.format)
     from rewards import check_columns
@@ -217,11 +217,10 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         return
 
     from checkpoints import build_manifest, check_resume
-    from training import Interrupted, check_adapter_dir, dataset_fingerprint, run_evaluation, run_training
+    from training import Interrupted, dataset_fingerprint, run_evaluation, run_training
 
     manifest = build_manifest(config_to_dict(config), dataset_fingerprint(train_ds))
     if resume_from and not eval_only:
-        check_adapter_dir(Path(resume_from), config.model_name)
         check_resume(Path(resume_from), manifest, force_resume)
 
     out.mkdir(parents=True, exist_ok=True)
