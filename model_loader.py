@@ -132,10 +132,27 @@ def gradient_checkpointing(config) -> str | bool:
     return {"unsloth": "unsloth", "true": True, "false": False}[config.use_gradient_checkpointing]
 
 
-def unsloth_kwargs(config) -> dict:
+# Up to this many tokens per sequence, eager attention's backward beats CPU SDPA's (measured in BENCHMARKS.md:
+# 4.5 vs 14.9 ms per layer at 68 tokens, 27 vs 38 ms at 256; SDPA wins from 512 on, and eager's memory is quadratic).
+EAGER_ATTENTION_MAX_TOKENS = 256
+
+
+def attn_implementation(config, cuda: bool) -> str | None:
+    """The attention kernel to load with; None leaves the model's default (SDPA) in place."""
+    if config.attn_implementation != "auto":
+        return config.attn_implementation
+    if not cuda and config.max_prompt_length + config.max_completion_length <= EAGER_ATTENTION_MAX_TOKENS:
+        return "eager"
+    return None
+
+
+def unsloth_kwargs(config, cuda: bool = False) -> dict:
     """What FastLanguageModel.from_pretrained receives (besides the path)."""
     kwargs = dict(max_seq_length=config.max_seq_length, load_in_4bit=config.load_in_4bit,
                   use_gradient_checkpointing=gradient_checkpointing(config))
+    attention = attn_implementation(config, cuda)
+    if attention is not None:
+        kwargs["attn_implementation"] = attention
     if config.fast_inference:
         # vLLM inside the training process (GPU only), with Unsloth's documented GRPO settings.
         kwargs.update(fast_inference=True, gpu_memory_utilization=config.gpu_memory_utilization,
@@ -145,20 +162,23 @@ def unsloth_kwargs(config) -> dict:
 
 def load_model(config, backend: str):
     """(model with LoRA adapters, tokenizer) through the chosen backend."""
+    import torch
+
     path = model_path(config.model_name)
     gc = gradient_checkpointing(config)
+    cuda = torch.cuda.is_available()
     try:
         if backend == "unsloth":
             from unsloth import FastLanguageModel
 
-            model, tokenizer = FastLanguageModel.from_pretrained(path, **unsloth_kwargs(config))
+            model, tokenizer = FastLanguageModel.from_pretrained(path, **unsloth_kwargs(config, cuda))
             model = FastLanguageModel.get_peft_model(
                 model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                 target_modules=list(config.lora_target_modules), use_gradient_checkpointing=gc,
                 random_state=config.seed,
             )
         else:
-            model, tokenizer = _load_with_peft(path, config, gc)
+            model, tokenizer = _load_with_peft(path, config, gc, cuda)
     except OSError as err:
         first = str(err).splitlines()[0][:200]
         raise UsageError(
@@ -167,17 +187,38 @@ def load_model(config, backend: str):
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    contiguous_lm_head_input(model)
     return model, tokenizer
 
 
-def _load_with_peft(path: str, config, gradient_checkpointing):
+def contiguous_lm_head_input(model) -> None:
+    """Hand the LM head a contiguous input.
+
+    At the first step of `generate` transformers calls the LM head on `hidden_states[:, -1:, :]`, a strided view.
+    torch's matmul cannot fold a strided 3-D input into one matrix product: it falls back to a batched product that
+    first copies the whole head weight once per sequence (8 x 576 x 49152 for SmolLM2 with 8 completions: 0.6-1.2 s
+    and ~450 MB on CPU). A contiguous copy of the few rows gives bit-identical logits from a plain matrix product.
+    """
+    head = model.get_output_embeddings()
+    if head is None:
+        return
+
+    def make_contiguous(module, args):
+        return (args[0].contiguous(), *args[1:]) if args and not args[0].is_contiguous() else None
+
+    head.register_forward_pre_hook(make_contiguous)
+
+
+def _load_with_peft(path: str, config, gradient_checkpointing, cuda: bool):
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-    cuda = torch.cuda.is_available()
     dtype = torch.bfloat16 if (not cuda or torch.cuda.is_bf16_supported()) else torch.float16
     kwargs = {"dtype": dtype}
+    attention = attn_implementation(config, cuda)
+    if attention is not None:
+        kwargs["attn_implementation"] = attention
     if config.load_in_4bit:
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype

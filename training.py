@@ -67,10 +67,29 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
         # transformers tracks the best checkpoint (state.best_model_checkpoint) by this eval metric.
         kwargs.update(metric_for_best_model=f"eval_{config.best_metric}", greater_is_better=True,
                       load_best_model_at_end=config.load_best_model_at_end)
+    # GRPOConfig turns activation checkpointing on by default; 'false' has to reach it, or every step silently pays
+    # a second forward pass (the recompute) on top of the one it needs.
+    kwargs.setdefault("gradient_checkpointing", config.use_gradient_checkpointing != "false")
     if config.fast_inference:
         # Unsloth's in-process vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
         kwargs["use_vllm"] = True
     return kwargs
+
+
+def make_trainer(config: GRPORunConfig, backend: str, model, tokenizer, reward_funcs, args, train_ds, eval_ds):
+    """TRL's GRPOTrainer (our subclass: grpo_trainer.py), with prompt sharing where it applies."""
+    import torch
+
+    from grpo_trainer import GRPOTrainer
+
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=args,
+                          train_dataset=train_ds, eval_dataset=eval_ds)
+    trainer.share_prompts = config.share_prompts
+    if config.share_prompts and backend == "unsloth" and torch.cuda.is_available():
+        # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
+        log.info("share_prompts: not used with Unsloth's GPU trainer (it computes log-probs with its own kernels).")
+        trainer.share_prompts = False
+    return trainer
 
 
 def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: RewardSet, backend: str,
@@ -80,7 +99,7 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     started = time.perf_counter()
     backend = import_backend(backend)  # unsloth must be imported before trl / transformers
     import torch
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from callbacks import GenerationLogger, LogLinesCallback, WandbRunConfig
     from checkpoints import DeterministicSampling, GracefulStop, ManifestWriter
@@ -106,8 +125,7 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     if not torch.cuda.is_available():
         kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
     args = GRPOConfig(**kwargs)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=args,
-                          train_dataset=train_ds, eval_dataset=eval_ds)
+    trainer = make_trainer(config, backend, model, tokenizer, reward_funcs, args, train_ds, eval_ds)
     trainer.add_callback(LogLinesCallback())
     trainer.add_callback(DeterministicSampling())
     if manifest is not None:
@@ -264,7 +282,7 @@ def run_evaluation(config: GRPORunConfig, train_ds, eval_ds, report, reward_set:
     backend = import_backend(backend)
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from callbacks import GenerationLogger
     from data_loader import filter_long_prompts
@@ -291,8 +309,7 @@ def run_evaluation(config: GRPORunConfig, train_ds, eval_ds, report, reward_set:
     kwargs.update(output_dir=str(out), report_to="none", save_strategy="no")
     if not torch.cuda.is_available():
         kwargs["use_cpu"] = True
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs,
-                          args=GRPOConfig(**kwargs), train_dataset=train_ds, eval_dataset=eval_ds)
+    trainer = make_trainer(config, backend, model, tokenizer, reward_funcs, GRPOConfig(**kwargs), train_ds, eval_ds)
     logger = GenerationLogger([eval_ds[i] for i in range(min(config.max_generation_samples, len(eval_ds)))],
                               tokenizer, reward_set, out, config.generation_max_new_tokens or config.max_completion_length,
                               pass_k=config.eval_pass_k, temperature=config.temperature)

@@ -121,6 +121,8 @@ def _check_value(key: str, value: Any, source: str) -> Any:
     value = VALUE_ALIASES.get((key, value), value) if isinstance(value, str) else value
     choices = literal_choices(tp)
     if choices is not None:
+        if isinstance(value, bool) and json.dumps(value) in choices:
+            value = json.dumps(value)  # `--set use_gradient_checkpointing=false` / JSON false mean the choice "false"
         if value not in choices:
             raise UsageError(f"{source}: '{key}' must be one of {', '.join(map(repr, choices))}, not {value!r}.")
         return value

@@ -64,6 +64,18 @@ class GRPORunConfig:
         "Activation checkpointing: 'unsloth' (offloaded, GPU), 'true' (recompute), 'false' (fastest, most memory).",
         PANEL_MODEL,
     )
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = _f(
+        "auto",
+        "Attention kernel. 'auto': eager on CPU when prompt + completion fit in 256 tokens (its backward is 3x faster "
+        "than SDPA's there, see BENCHMARKS.md), else the model's default (SDPA).",
+        PANEL_MODEL,
+    )
+    share_prompts: bool = _f(
+        True,
+        "Run each distinct prompt through the model once per log-prob pass, not once per completion (same log-probs, "
+        "~half the tokens with 4 completions per prompt). Not with Unsloth's GPU trainer, which has its own kernels.",
+        PANEL_MODEL,
+    )
     fast_inference: bool = _f(
         False, "Unsloth's vLLM generation inside the training process (GPU only; needs vllm).", PANEL_MODEL
     )

@@ -176,7 +176,7 @@ def test_unsloth_fast_inference_settings_reach_from_pretrained_kwargs(monkeypatc
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
     config = build_config(preset="default", flags={"model_name": "qwen2.5-7b"},
                           overrides=["fast_inference=true", "gpu_memory_utilization=0.5", "max_lora_rank=32"])
-    assert model_loader.unsloth_kwargs(config) == {
+    assert model_loader.unsloth_kwargs(config, cuda=True) == {
         "max_seq_length": 2048, "load_in_4bit": True, "use_gradient_checkpointing": "unsloth",
         "fast_inference": True, "gpu_memory_utilization": 0.5, "max_lora_rank": 32}
     assert grpo_config_kwargs(config, has_eval=False, reward_weights=None)["use_vllm"] is True
@@ -193,3 +193,30 @@ def test_world_size_enters_the_batch_arithmetic(monkeypatch):
     assert build_config(preset="default").num_generations == 4
     with pytest.raises(UsageError, match=r"x 3 process\(es\)"):
         build_config(preset="default", overrides=["num_generations=16"])
+
+
+def test_gradient_checkpointing_choice_reaches_grpo_config():
+    """GRPOConfig defaults gradient_checkpointing to True; 'false' must reach it (else a silent second forward)."""
+    from training import grpo_config_kwargs
+
+    for value, expected in (("false", False), ("true", True), ("unsloth", True)):
+        config = build_config(preset="quick_test", overrides=[f"use_gradient_checkpointing={value}"])
+        assert grpo_config_kwargs(config, has_eval=True, reward_weights=None)["gradient_checkpointing"] is expected
+    config = build_config(preset="quick_test", overrides=["gradient_checkpointing=true"])  # TRL's own key wins
+    assert grpo_config_kwargs(config, has_eval=True, reward_weights=None)["gradient_checkpointing"] is True
+
+
+def test_attention_kernel_choice():
+    """'auto': eager on CPU for short sequences (faster backward, BENCHMARKS.md), the model's default otherwise."""
+    import model_loader
+
+    short = build_config(preset="quick_test")  # 128 + 10 tokens
+    long = build_config(preset="quick_test", overrides=["max_completion_length=512"])
+    assert model_loader.attn_implementation(short, cuda=False) == "eager"
+    assert model_loader.attn_implementation(long, cuda=False) is None
+    assert model_loader.attn_implementation(short, cuda=True) is None
+    forced = build_config(preset="quick_test", overrides=["attn_implementation=sdpa"])
+    assert model_loader.attn_implementation(forced, cuda=False) == "sdpa"
+    assert model_loader.unsloth_kwargs(short)["attn_implementation"] == "eager"
+    with pytest.raises(UsageError, match="attn_implementation"):
+        build_config(preset="quick_test", overrides=["attn_implementation=fast"])
