@@ -28,6 +28,12 @@ def _distinct_rows(ids, mask):
     return first_row, row_to_distinct
 
 
+def _completion_part(outputs, logits_to_keep):
+    """(log-probs, entropies) of the completion tokens; a reference model's fused head computes no entropy."""
+    entropy = outputs.entropy[:, -logits_to_keep:] if outputs.entropy is not None else None
+    return outputs.log_probs[:, -logits_to_keep:], entropy
+
+
 def _generate_with_shared_prompts(model, generate, input_ids=None, attention_mask=None, **kwargs):
     """`generate` with the prompt cache (all but the last prompt token) prefilled once per distinct prompt.
 
@@ -51,7 +57,8 @@ def _generate_with_shared_prompts(model, generate, input_ids=None, attention_mas
 
 
 class GRPOTrainer(trl.GRPOTrainer):
-    """`share_prompts` is set by the caller (training.py) when the run qualifies: text-only, one process."""
+    """`share_prompts` is set by training.make_trainer. Multimodal batches and MoE auxiliary losses always take
+    TRL's own pass."""
 
     share_prompts: bool = False
 
@@ -89,7 +96,7 @@ class GRPOTrainer(trl.GRPOTrainer):
         first_row, row_to_prompt = _distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
         if prompt_len < 2 or first_row.size(0) == input_ids.size(0):  # nothing shared: TRL's own pass
             outputs = self._fused_logps(model, input_ids, attention_mask, prompt_len)
-            return outputs.log_probs[:, -logits_to_keep:], outputs.entropy[:, -logits_to_keep:]
+            return _completion_part(outputs, logits_to_keep)
         with self.accelerator.autocast():
             # Every prompt token but the last: the last one's hidden state predicts the first completion token, and
             # the fused LM head scores positions inside one call.
@@ -103,7 +110,7 @@ class GRPOTrainer(trl.GRPOTrainer):
             labels[:, 0] = -100  # the last prompt token is context, not scored
             outputs = model(input_ids=rest, attention_mask=attention_mask, past_key_values=cache, labels=labels,
                             fused_lm_head=True)
-        return outputs.log_probs[:, -logits_to_keep:], outputs.entropy[:, -logits_to_keep:]
+        return _completion_part(outputs, logits_to_keep)
 
     def _fused_logps(self, model, input_ids, attention_mask, prompt_len):
         labels = input_ids.masked_fill(attention_mask == 0, -100)

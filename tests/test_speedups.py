@@ -59,13 +59,13 @@ def _length_reward(completions, **kwargs):
     return [len(c[0]["content"]) / 10 for c in completions]
 
 
-def _trainer(cls, model, path, out, steps=2):
+def _trainer(cls, model, path, out, steps=2, beta=0.0):
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
     args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=8, num_generations=4, max_completion_length=12,
                       max_steps=steps, learning_rate=5e-3, seed=0, report_to="none", use_cpu=True, bf16=False,
-                      gradient_checkpointing=False, beta=0.0, logging_steps=1, save_strategy="no")
+                      gradient_checkpointing=False, beta=beta, logging_steps=1, save_strategy="no")
     return cls(model=model, processing_class=AutoTokenizer.from_pretrained(path), reward_funcs=_length_reward,
                args=args, train_dataset=_prompts())
 
@@ -138,8 +138,10 @@ def test_shared_prompt_cache_samples_the_same_tokens(tiny_model_dir):
     assert not torch.equal(outputs[0][0], outputs[0][1])  # sampled: completions of one prompt differ
 
 
-def test_two_grpo_steps_agree_with_stock_trl(tiny_model_dir, tmp_path):
-    """TRL's GRPOTrainer with SDPA vs ours with eager attention (the CPU choice) and shared prompts."""
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_two_grpo_steps_agree_with_stock_trl(tiny_model_dir, tmp_path, beta):
+    """TRL's GRPOTrainer with SDPA vs ours with eager attention (the CPU choice) and shared prompts; with beta > 0
+    the reference log-probs (adapter disabled) go through the shared-prompt pass too."""
     import torch
     import trl
 
@@ -148,7 +150,7 @@ def test_two_grpo_steps_agree_with_stock_trl(tiny_model_dir, tmp_path):
     runs = {}
     for name, cls, attn, share in (("trl", trl.GRPOTrainer, "sdpa", False), ("ours", GRPOTrainer, "eager", True)):
         model = _lora_model(tiny_model_dir, attn=attn)
-        trainer = _trainer(cls, model, tiny_model_dir, tmp_path / name)
+        trainer = _trainer(cls, model, tiny_model_dir, tmp_path / name, beta=beta)
         trainer.share_prompts = share
         trainer.train()
         steps = [h for h in trainer.state.log_history if "loss" in h and "reward" in h]
@@ -160,6 +162,8 @@ def test_two_grpo_steps_agree_with_stock_trl(tiny_model_dir, tmp_path):
         assert ours["reward"] == theirs["reward"] and ours["reward_std"] == theirs["reward_std"]  # same completions
         assert ours["completions/mean_length"] == theirs["completions/mean_length"]
         assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-6)
+        if beta:
+            assert ours["kl"] == pytest.approx(theirs["kl"], rel=1e-3, abs=1e-7)
     assert any(h["reward_std"] > 0 for h in trl_steps)  # the loss had something to learn from
     assert any((t != 0).any() for n, t in trl_lora.items() if "lora_B" in n)  # and the adapter moved
     # Adam divides by the gradient's own scale, so float-rounding differences in tiny gradients show up in the
