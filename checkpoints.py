@@ -69,6 +69,14 @@ def _git_commit() -> str | None:
         return None
 
 
+def _is_default(key: str, value: Any) -> bool:
+    """A config field added after the checkpoint was written, left at its default, is not a difference."""
+    from config.loader import config_to_dict
+    from config.schema import GRPORunConfig
+
+    return config_to_dict(GRPORunConfig()).get(key, object()) == value
+
+
 def check_resume(checkpoint: Path, manifest: dict[str, Any], force: bool) -> None:
     """Refuse to resume a checkpoint written by a different config or dataset (unless forced)."""
     saved_file = checkpoint / MANIFEST
@@ -79,7 +87,8 @@ def check_resume(checkpoint: Path, manifest: dict[str, Any], force: bool) -> Non
     saved = json.loads(saved_file.read_text())
     differences = [f"{key}: {saved['config'].get(key)!r} -> {manifest['config'].get(key)!r}"
                    for key in sorted(set(saved["config"]) | set(manifest["config"]))
-                   if saved["config"].get(key) != manifest["config"].get(key)]
+                   if saved["config"].get(key) != manifest["config"].get(key)
+                   and not (key not in saved["config"] and _is_default(key, manifest["config"][key]))]
     if saved.get("dataset_fingerprint") != manifest["dataset_fingerprint"]:
         differences.append("dataset: its contents or order changed")
     if not differences:

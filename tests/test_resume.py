@@ -41,6 +41,12 @@ def test_manifest_mismatch_is_refused_with_the_differences(tmp_path):
     with pytest.raises(UsageError, match=r"learning_rate: 1e-05 -> 2e-05; dataset: its contents or order changed"):
         check_resume(checkpoint, changed, force=False)
     check_resume(checkpoint, changed, force=True)  # --force-resume: warned, not refused
+    # a field added to the tool since the checkpoint was written is no difference at its default, but is otherwise
+    with_new_field = build_manifest({"learning_rate": 1e-5, "seed": 1, "output_dir": "a", "share_prompts": True}, "abc")
+    check_resume(checkpoint, with_new_field, force=False)
+    with_new_field["config"]["share_prompts"] = False
+    with pytest.raises(UsageError, match=r"share_prompts: None -> False"):
+        check_resume(checkpoint, with_new_field, force=False)
 
 
 def test_bad_checkpoints_exit_2_and_write_nothing(cli, tmp_path):
