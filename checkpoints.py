@@ -69,14 +69,6 @@ def _git_commit() -> str | None:
         return None
 
 
-def _is_default(key: str, value: Any) -> bool:
-    """A config field added after the checkpoint was written, left at its default, is not a difference."""
-    from config.loader import config_to_dict
-    from config.schema import GRPORunConfig
-
-    return config_to_dict(GRPORunConfig()).get(key, object()) == value
-
-
 def check_resume(checkpoint: Path, manifest: dict[str, Any], force: bool) -> None:
     """Refuse to resume a checkpoint written by a different config or dataset (unless forced)."""
     saved_file = checkpoint / MANIFEST
@@ -84,11 +76,15 @@ def check_resume(checkpoint: Path, manifest: dict[str, Any], force: bool) -> Non
         log.warning("%s has no %s (written by another tool?); resuming without the integrity check.", checkpoint,
                     MANIFEST)
         return
+    from config.loader import config_to_dict
+    from config.schema import GRPORunConfig
+
     saved = json.loads(saved_file.read_text())
+    # A field added to the tool after the checkpoint was written, left at its default, is not a difference.
+    saved_config = {**config_to_dict(GRPORunConfig()), **saved["config"]}
     differences = [f"{key}: {saved['config'].get(key)!r} -> {manifest['config'].get(key)!r}"
                    for key in sorted(set(saved["config"]) | set(manifest["config"]))
-                   if saved["config"].get(key) != manifest["config"].get(key)
-                   and not (key not in saved["config"] and _is_default(key, manifest["config"][key]))]
+                   if saved_config.get(key) != manifest["config"].get(key)]
     if saved.get("dataset_fingerprint") != manifest["dataset_fingerprint"]:
         differences.append("dataset: its contents or order changed")
     if not differences:

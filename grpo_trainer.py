@@ -28,12 +28,6 @@ def _distinct_rows(ids, mask):
     return first_row, row_to_distinct
 
 
-def _completion_part(outputs, logits_to_keep):
-    """(log-probs, entropies) of the completion tokens; a reference model's fused head computes no entropy."""
-    entropy = outputs.entropy[:, -logits_to_keep:] if outputs.entropy is not None else None
-    return outputs.log_probs[:, -logits_to_keep:], entropy
-
-
 def _generate_with_shared_prompts(model, generate, input_ids=None, attention_mask=None, **kwargs):
     """`generate` with the prompt cache (all but the last prompt token) prefilled once per distinct prompt.
 
@@ -42,7 +36,7 @@ def _generate_with_shared_prompts(model, generate, input_ids=None, attention_mas
     """
     config = kwargs.get("generation_config")
     if (input_ids is None or attention_mask is None or input_ids.size(1) < 2 or set(kwargs) != {"generation_config"}
-            or config is None or config.cache_implementation is not None or config.num_return_sequences != 1):
+            or config is None or config.cache_implementation is not None or (config.num_return_sequences or 1) != 1):
         return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     first_row, row_to_prompt = _distinct_rows(input_ids, attention_mask)
     if first_row.size(0) == input_ids.size(0):
@@ -71,8 +65,8 @@ class GRPOTrainer(trl.GRPOTrainer):
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
-            chunk = slice(start, start + batch_size)
-            lp, ent = self._shared_prompt_logps(model, input_ids[chunk], attention_mask[chunk], logits_to_keep)
+            ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            lp, ent = self._shared_prompt_logps(model, ids, mask, logits_to_keep, compute_entropy)
             logps.append(lp)
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
@@ -91,12 +85,13 @@ class GRPOTrainer(trl.GRPOTrainer):
             else:
                 model.generate = own
 
-    def _shared_prompt_logps(self, model, input_ids, attention_mask, logits_to_keep):
+    def _shared_prompt_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
         prompt_len = input_ids.size(1) - logits_to_keep
         first_row, row_to_prompt = _distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
         if prompt_len < 2 or first_row.size(0) == input_ids.size(0):  # nothing shared: TRL's own pass
-            outputs = self._fused_logps(model, input_ids, attention_mask, prompt_len)
-            return _completion_part(outputs, logits_to_keep)
+            logps, entropies, _ = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, compute_entropy=compute_entropy)
+            return logps, entropies
         with self.accelerator.autocast():
             # Every prompt token but the last: the last one's hidden state predicts the first completion token, and
             # the fused LM head scores positions inside one call.
@@ -110,10 +105,5 @@ class GRPOTrainer(trl.GRPOTrainer):
             labels[:, 0] = -100  # the last prompt token is context, not scored
             outputs = model(input_ids=rest, attention_mask=attention_mask, past_key_values=cache, labels=labels,
                             fused_lm_head=True)
-        return _completion_part(outputs, logits_to_keep)
-
-    def _fused_logps(self, model, input_ids, attention_mask, prompt_len):
-        labels = input_ids.masked_fill(attention_mask == 0, -100)
-        labels[:, :prompt_len] = -100
-        with self.accelerator.autocast():
-            return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
+        # The fused head computes the completion tokens' log-probs (and entropies, unless it is a reference model's).
+        return outputs.log_probs, outputs.entropy if compute_entropy else None

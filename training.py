@@ -76,14 +76,19 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
     return kwargs
 
 
-def make_trainer(config: GRPORunConfig, backend: str, model, tokenizer, reward_funcs, args, train_ds, eval_ds):
-    """TRL's GRPOTrainer (our subclass: grpo_trainer.py), with prompt sharing where it applies."""
+def make_trainer(config: GRPORunConfig, backend: str, model, tokenizer, reward_funcs, kwargs: dict[str, Any],
+                 train_ds, eval_ds):
+    """TRL's GRPOTrainer (our subclass: grpo_trainer.py) on GRPOConfig(**kwargs), with prompt sharing where it
+    applies."""
     import torch
+    from trl import GRPOConfig
 
     from grpo_trainer import GRPOTrainer
 
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=args,
-                          train_dataset=train_ds, eval_dataset=eval_ds)
+    if not torch.cuda.is_available():
+        kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs,
+                          args=GRPOConfig(**kwargs), train_dataset=train_ds, eval_dataset=eval_ds)
     trainer.share_prompts = config.share_prompts
     if config.share_prompts and backend == "unsloth" and torch.cuda.is_available():
         # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
@@ -99,7 +104,6 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     started = time.perf_counter()
     backend = import_backend(backend)  # unsloth must be imported before trl / transformers
     import torch
-    from trl import GRPOConfig
 
     from callbacks import GenerationLogger, LogLinesCallback, WandbRunConfig
     from checkpoints import DeterministicSampling, GracefulStop, ManifestWriter
@@ -122,10 +126,7 @@ def run_training(config: GRPORunConfig, train_ds, eval_ds, report, reward_set: R
     if (config.use_vllm or config.fast_inference) and not torch.cuda.is_available():
         raise UsageError("vLLM generation (use_vllm / fast_inference) needs a CUDA GPU; this machine has none. "
                          "Drop --use-vllm to generate with transformers.")
-    if not torch.cuda.is_available():
-        kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
-    args = GRPOConfig(**kwargs)
-    trainer = make_trainer(config, backend, model, tokenizer, reward_funcs, args, train_ds, eval_ds)
+    trainer = make_trainer(config, backend, model, tokenizer, reward_funcs, kwargs, train_ds, eval_ds)
     trainer.add_callback(LogLinesCallback())
     trainer.add_callback(DeterministicSampling())
     if manifest is not None:
@@ -282,7 +283,6 @@ def run_evaluation(config: GRPORunConfig, train_ds, eval_ds, report, reward_set:
     backend = import_backend(backend)
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
-    from trl import GRPOConfig
 
     from callbacks import GenerationLogger
     from data_loader import filter_long_prompts
@@ -303,13 +303,9 @@ def run_evaluation(config: GRPORunConfig, train_ds, eval_ds, report, reward_set:
     out = Path(config.output_dir) / "eval_only" / f"{adapter_dir.name}-step_{step}"
     out.mkdir(parents=True, exist_ok=True)
     reward_funcs, reward_weights = build_reward_functions(reward_set, config.reward_function_type)
-    import torch
-
     kwargs = grpo_config_kwargs(config, has_eval=False, reward_weights=reward_weights)
     kwargs.update(output_dir=str(out), report_to="none", save_strategy="no")
-    if not torch.cuda.is_available():
-        kwargs["use_cpu"] = True
-    trainer = make_trainer(config, backend, model, tokenizer, reward_funcs, GRPOConfig(**kwargs), train_ds, eval_ds)
+    trainer = make_trainer(config, backend, model, tokenizer, reward_funcs, kwargs, train_ds, eval_ds)
     logger = GenerationLogger([eval_ds[i] for i in range(min(config.max_generation_samples, len(eval_ds)))],
                               tokenizer, reward_set, out, config.generation_max_new_tokens or config.max_completion_length,
                               pass_k=config.eval_pass_k, temperature=config.temperature)

@@ -48,6 +48,13 @@ def _lora_model(path, attn="sdpa", random_b=False):
     return model
 
 
+def _embedding_calls(model) -> list[tuple[int, int]]:
+    """The (rows, tokens) of every forward through the model, recorded at its input embedding."""
+    calls = []
+    model.get_input_embeddings().register_forward_hook(lambda module, args, out: calls.append(tuple(args[0].shape)))
+    return calls
+
+
 def _prompts():
     from datasets import Dataset
 
@@ -95,15 +102,20 @@ def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path):
     model = _lora_model(tiny_model_dir, random_b=True)
     trainer = _trainer(GRPOTrainer, model, tiny_model_dir, tmp_path)
     ids, mask, completion_mask, keep = _batch(trainer.processing_class)
+    prompt_len = ids.size(1) - keep
+    calls = _embedding_calls(model)
     results = {}
     for share in (False, True):
         trainer.share_prompts = share
+        calls.clear()
         model.zero_grad()
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep,
                                                                          compute_entropy=True)
         ((logps * completion_mask).sum() / completion_mask.sum()).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
         results[share] = (logps.detach(), entropies.detach(), grads)
+        # TRL: 8 full rows; shared: the 2 distinct prompts once, then the last prompt token + completion per row
+        assert calls == ([(2, prompt_len - 1), (8, keep + 1)] if share else [(8, prompt_len + keep)])
     (lp_trl, ent_trl, grads_trl), (lp_ours, ent_ours, grads_ours) = results[False], results[True]
     scored = completion_mask.bool()
     assert lp_trl.shape == lp_ours.shape == (8, keep)
@@ -128,11 +140,16 @@ def test_shared_prompt_cache_samples_the_same_tokens(tiny_model_dir):
     prompt_ids, prompt_mask = ids[:, :prompt_len], mask[:, :prompt_len]
     config = GenerationConfig(max_new_tokens=10, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    outputs = []
+    calls = _embedding_calls(model)
+    outputs, prefills = [], []
     for generate in (model.generate, lambda **kw: _generate_with_shared_prompts(model, model.generate, **kw)):
         torch.manual_seed(3)
+        calls.clear()
         with torch.no_grad():
             outputs.append(generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config))
+        prefills.append(calls[:2])
+    assert prefills[0][0] == (8, prompt_len)  # generate's own prefill: every row in full
+    assert prefills[1] == [(2, prompt_len - 1), (8, 1)]  # shared: 2 distinct prompts, then 1 token per row
     assert outputs[0].shape == (8, prompt_len + 10)
     assert torch.equal(outputs[0], outputs[1])
     assert not torch.equal(outputs[0][0], outputs[0][1])  # sampled: completions of one prompt differ
@@ -152,7 +169,10 @@ def test_two_grpo_steps_agree_with_stock_trl(tiny_model_dir, tmp_path, beta):
         model = _lora_model(tiny_model_dir, attn=attn)
         trainer = _trainer(cls, model, tiny_model_dir, tmp_path / name, beta=beta)
         trainer.share_prompts = share
+        calls = _embedding_calls(model)
         trainer.train()
+        # each step's 8 rows hold 2 distinct prompts: ours runs them as 2 rows, TRL never does
+        assert any(rows == 2 for rows, _ in calls) is share
         steps = [h for h in trainer.state.log_history if "loss" in h and "reward" in h]
         lora = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
         runs[name] = (steps, lora)
@@ -170,3 +190,29 @@ def test_two_grpo_steps_agree_with_stock_trl(tiny_model_dir, tmp_path, beta):
     # weights: allow 1e-5, i.e. 0.2 % of one step's update (lr 5e-3); measured at most 2.5e-6.
     for name, weight in trl_lora.items():
         torch.testing.assert_close(our_lora[name], weight, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_load_model_picks_eager_attention_and_feeds_the_lm_head_contiguous_rows(tiny_model_dir):
+    """Through the real loading path (transformers backend, the tiny model as a local directory)."""
+    import torch
+
+    from config import build_config
+    from model_loader import load_model
+
+    config = build_config(preset="quick_test", flags={"model_name": str(tiny_model_dir), "load_in_4bit": False})
+    model, tokenizer = load_model(config, "transformers")
+    assert model.config._attn_implementation == "eager"  # CPU, 128 + 10 tokens
+    ids, mask, _, _ = _batch(tokenizer)
+
+    def head_inputs_during_generate(model):
+        seen = []
+        model.get_output_embeddings().register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+        with torch.no_grad():
+            model.generate(input_ids=ids[:, :-12], attention_mask=mask[:, :-12], max_new_tokens=3, do_sample=False,
+                           pad_token_id=tokenizer.pad_token_id)
+        return seen
+
+    ours = head_inputs_during_generate(model)  # this hook runs after ours: it sees what the head receives
+    assert len(ours) == 3 and all(x.is_contiguous() and x.shape[:2] == (8, 1) for x in ours)
+    plain = head_inputs_during_generate(_lora_model(tiny_model_dir))  # the same model without our hook
+    assert not plain[0].is_contiguous()  # transformers' strided last-position view, which our hook copies
