@@ -5,9 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install quick-test test test-fast lint bench clean
+.PHONY: install bytecode quick-test test test-fast lint bench clean
 
-install: $(STAMP)
+install: $(STAMP) bytecode
+
+# Byte-compile our own modules: where PYTHONDONTWRITEBYTECODE is set (CI, many containers) Python would otherwise
+# recompile them on every start, ~40 ms of `--help`. Up to date files are skipped.
+bytecode: $(STAMP)
+	$(PY) -m compileall -q config rewards *.py > /dev/null
 
 $(STAMP): requirements.txt requirements-nodeps.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
