@@ -78,12 +78,12 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
 
 def make_trainer(config: GRPORunConfig, backend: str, model, tokenizer, reward_funcs, kwargs: dict[str, Any],
                  train_ds, eval_ds):
-    """TRL's GRPOTrainer (our subclass: grpo_trainer.py) on GRPOConfig(**kwargs), with prompt sharing where it
+    """TRL's GRPOTrainer (our subclass: trl_trainer.py) on GRPOConfig(**kwargs), with prompt sharing where it
     applies."""
     import torch
     from trl import GRPOConfig
 
-    from grpo_trainer import GRPOTrainer
+    from trl_trainer import TRLGRPOTrainer as GRPOTrainer
 
     if not torch.cuda.is_available():
         kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run

@@ -84,6 +84,12 @@ class GRPORunConfig:
         PANEL_MODEL,
     )
     max_lora_rank: int = _f(0, "Largest LoRA rank vLLM prepares for with fast_inference (0 = lora_r).", PANEL_MODEL)
+    generation_engine: Literal["auto", "transformers", "llama_cpp", "vllm"] = _f(
+        "auto",
+        "What samples the completions: 'transformers' (generate, prompts shared per group), 'llama_cpp' (CPU, the "
+        "LoRA pushed in after every step), 'vllm' (GPU), or 'auto' (the log says which and why).",
+        PANEL_MODEL,
+    )
 
     use_vllm: bool = _f(
         False, "Generate with vLLM (GPU only; needs vllm): a `trl vllm-serve` server or colocated in-process.",
@@ -117,6 +123,12 @@ class GRPORunConfig:
     max_prompt_length: int = _f(
         512, "Prompts longer than this many tokens are dropped and counted (0 = keep all).", PANEL_DATA
     )
+    streaming: bool = _f(
+        False,
+        "Read the data lazily: only the rows a run needs (max_samples plus the eval rows) are read and mapped. "
+        "Needs max_samples or max_steps.",
+        PANEL_DATA,
+    )
     prompt_field: str = _f("", "Custom data: the column holding the prompt ('' = auto-detect).", PANEL_DATA)
     answer_field: str = _f("", "Custom data: the column holding the reference answer ('' = auto-detect).", PANEL_DATA)
     chosen_field: str = _f("", "Custom data: the column holding the preferred reply ('' = auto-detect).", PANEL_DATA)
@@ -134,6 +146,9 @@ class GRPORunConfig:
         "the built-in task, balanced for preference data).", PANEL_REWARDS,
     )
     reward_config: str = _f("", "Reward config JSON file; replaces the named preset.", PANEL_REWARDS)
+    reward_timeout: float = _f(
+        0.0, "Seconds one reward call may take before the run stops as failed (0 = no limit).", PANEL_REWARDS
+    )
     custom_rewards: list[str] = _f(
         [], "Your own reward functions as 'module.path:function' (weight 1 each), added to the components.",
         PANEL_REWARDS,

@@ -97,7 +97,7 @@ def _batch(tokenizer, completion_len=12):
 def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path):
     import torch
 
-    from grpo_trainer import GRPOTrainer
+    from trl_trainer import TRLGRPOTrainer as GRPOTrainer
 
     model = _lora_model(tiny_model_dir, random_b=True)
     trainer = _trainer(GRPOTrainer, model, tiny_model_dir, tmp_path)
@@ -131,7 +131,7 @@ def test_shared_prompt_cache_samples_the_same_tokens(tiny_model_dir):
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
-    from grpo_trainer import _generate_with_shared_prompts
+    from trl_trainer import _generate_with_shared_prompts
 
     model = _lora_model(tiny_model_dir, random_b=True)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -162,7 +162,7 @@ def test_two_grpo_steps_agree_with_stock_trl(tiny_model_dir, tmp_path, beta):
     import torch
     import trl
 
-    from grpo_trainer import GRPOTrainer
+    from trl_trainer import TRLGRPOTrainer as GRPOTrainer
 
     runs = {}
     for name, cls, attn, share in (("trl", trl.GRPOTrainer, "sdpa", False), ("ours", GRPOTrainer, "eager", True)):

@@ -50,8 +50,8 @@ def _generate_with_shared_prompts(model, generate, input_ids=None, attention_mas
     return generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
 
 
-class GRPOTrainer(trl.GRPOTrainer):
-    """`share_prompts` is set by training.make_trainer. Multimodal batches and MoE auxiliary losses always take
+class TRLGRPOTrainer(trl.GRPOTrainer):
+    """`share_prompts` is set by the run (make_trainer). Multimodal batches and MoE auxiliary losses always take
     TRL's own pass."""
 
     share_prompts: bool = False
