@@ -1,7 +1,10 @@
 """Build a `GRPORunConfig` from layers: built-in defaults < preset < `--config FILE` < CLI flags < `--set`.
 
 Every layer is a plain dict checked the same way: unknown keys fail with the nearest valid key, wrong types fail
-with the expected type, keys that mean nothing for GRPO (the spec's `gamma`) are accepted with a warning.
+with the expected type, keys that mean nothing for GRPO (the spec's `gamma`) are accepted with a warning. TRL's own
+fields get the same type check: their annotations (`int`, `float | None`, `Literal[...]`, transformers' enums) are
+read from the installed TRL / transformers source, so `--dry-run` catches `num_iterations: "two"` without importing
+TRL. Known ranges (`top_p` in (0, 1], ...) are checked for both kinds of field.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import functools
 import importlib.util
 import json
 import logging
+import math
 import os
 import typing
 from pathlib import Path
@@ -20,7 +24,7 @@ from typing import Any
 
 from config.errors import UsageError
 from config.models import MODEL_PRESETS
-from config.schema import FIELDS, GRPORunConfig, describe_type, field_type, literal_choices
+from config.schema import FIELDS, GRPORunConfig, field_type, literal_choices
 
 log = logging.getLogger("grpo")
 
@@ -48,27 +52,193 @@ NO_EFFECT = {
 VALUE_ALIASES = {("reward_function_type", "systematic"): "multi"}
 
 
+# Where TRL's config fields are declared: GRPOConfig, the base config it extends, and transformers' arguments.
+TRL_CONFIG_SOURCES = (
+    ("trl.trainer.grpo_config", "GRPOConfig"),
+    ("trl.trainer.base_config", "_BaseConfig"),
+    ("transformers.training_args", "TrainingArguments"),
+)
+
+# Ranges TRL and transformers state in their help text but check late (inside the trainer, after the model has
+# loaded) or never. (low, low included, high, high included); None = unbounded. Applied to our fields and TRL's.
+RANGES: dict[str, tuple[float | None, bool, float | None, bool]] = {
+    "temperature": (0, False, None, False),
+    "top_p": (0, False, 1, True),
+    "top_k": (0, True, None, False),  # 0 = top-k off
+    "min_p": (0, True, 1, True),
+    "repetition_penalty": (0, False, None, False),  # 1.0 = off; < 1 encourages repeats
+    "num_iterations": (1, True, None, False),
+    "epsilon": (0, True, None, False),
+    "epsilon_high": (0, True, None, False),
+    "beta": (0, True, None, False),
+    "generation_batch_size": (1, True, None, False),
+    "steps_per_generation": (1, True, None, False),
+    "top_entropy_quantile": (0, True, 1, True),
+    "vllm_gpu_memory_utilization": (0, False, 1, True),
+    "gpu_memory_utilization": (0, False, 1, True),
+    "lora_dropout": (0, True, 1, False),
+    "weight_decay": (0, True, None, False),
+    "max_grad_norm": (0, True, None, False),
+    "warmup_steps": (0, True, None, False),
+    "reward_timeout": (0, True, None, False),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeRule:
+    """What a TRL field accepts, read from its annotation: JSON kinds ('bool', 'int', 'float', 'str', 'none',
+    'list', 'dict', 'any'), exact values (`Literal[...]`, an enum's values, `metadata={"choices": ...}`), and for
+    lists the rule of their items."""
+
+    kinds: frozenset[str] = frozenset()
+    values: tuple = ()
+    item: TypeRule | None = None
+
+    def __or__(self, other: TypeRule) -> TypeRule:
+        item = self.item | other.item if self.item and other.item else self.item or other.item
+        return TypeRule(self.kinds | other.kinds, self.values + other.values, item)
+
+    def describe(self) -> str:
+        parts = [f"list[{self.item.describe()}]" if k == "list" and self.item else k
+                 for k in ("bool", "int", "float", "str", "list", "dict") if k in self.kinds]
+        if self.values:
+            parts.append(f"one of {', '.join(map(repr, self.values))}")
+        if "none" in self.kinds:
+            parts.append("None")
+        return " or ".join(parts)
+
+
+ANY = TypeRule(frozenset({"any"}))
+
+
 @functools.cache
-def trl_field_names() -> frozenset[str]:
-    """GRPOConfig's fields (with TrainingArguments'), read from the installed sources: no TRL import, so this
-    stays instant for `--dry-run`. Empty when TRL is not installed."""
-    names: set[str] = set()
-    for module, classes in (
-        ("trl.trainer.grpo_config", {"GRPOConfig"}),
-        ("trl.trainer.base_config", {"_BaseConfig"}),
-        ("transformers.training_args", {"TrainingArguments"}),
-    ):
+def trl_field_rules() -> dict[str, TypeRule]:
+    """GRPOConfig's fields (with TrainingArguments') and what each accepts, read from the installed sources with
+    `ast`: no TRL import, so `--dry-run` stays instant. Empty when TRL is not installed."""
+    rules: dict[str, TypeRule] = {}
+    for module, class_name in TRL_CONFIG_SOURCES:
         path = _module_file(module)
         if path is None:
             continue
-        tree = ast.parse(Path(path).read_text())
+        tree = _parse(path)
+        enums = _EnumFinder(Path(path), tree)
         for node in tree.body:
-            if isinstance(node, ast.ClassDef) and node.name in classes:
-                for item in node.body:
-                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                        if not item.target.id.startswith("_"):
-                            names.add(item.target.id)
-    return frozenset(names)
+            if not (isinstance(node, ast.ClassDef) and node.name == class_name):
+                continue
+            for item in node.body:
+                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+                    continue
+                name = item.target.id
+                if name.startswith("_") or name in rules:  # a subclass's declaration wins over its base's
+                    continue
+                rule = _rule_from_annotation(item.annotation, enums)
+                choices = _metadata_choices(item.value)
+                if choices:  # argparse-style choices narrow a `str` to those strings
+                    rule = TypeRule(rule.kinds - {"str", "any"}, choices)
+                rules[name] = rule
+    return rules
+
+
+def trl_field_names() -> frozenset[str]:
+    """The names of GRPOConfig's fields (with TrainingArguments'), read from the installed sources."""
+    return frozenset(trl_field_rules())
+
+
+_KINDS = {"bool": "bool", "int": "int", "float": "float", "str": "str", "dict": "dict", "list": "list",
+          "Any": "any", "None": "none"}
+
+
+def _rule_from_annotation(node: ast.expr, enums: _EnumFinder) -> TypeRule:
+    """`int | None`, `list[str]`, `Literal["a", "b"]`, `SchedulerType | str` ... as a TypeRule. Anything we cannot
+    read (a class that is not an enum) accepts any value: TRL checks it, as before."""
+    if isinstance(node, ast.Constant):
+        if node.value is None:
+            return TypeRule(frozenset({"none"}))
+        if isinstance(node.value, str):  # a quoted annotation
+            return _rule_from_annotation(ast.parse(node.value, mode="eval").body, enums)
+        return ANY
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        left, right = _rule_from_annotation(node.left, enums), _rule_from_annotation(node.right, enums)
+        # `SchedulerType | str`: the str is how the enum's values are spelled; TrainingArguments converts (and
+        # refuses anything else) in __post_init__, so the enum's values are the choices.
+        for enum, other in ((left, right), (right, left)):
+            if enum.values and not enum.kinds and "str" in other.kinds and all(isinstance(v, str) for v in enum.values):
+                return TypeRule(other.kinds - {"str"}, enum.values, other.item)
+        return left | right
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    if name is not None:
+        if name in _KINDS:
+            return TypeRule(frozenset({_KINDS[name]}))
+        values = enums.values(name)
+        return TypeRule(values=values) if values else ANY
+    if isinstance(node, ast.Subscript):
+        base = node.value.id if isinstance(node.value, ast.Name) else getattr(node.value, "attr", None)
+        args = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if base == "Literal":
+            try:
+                return TypeRule(values=tuple(ast.literal_eval(a) for a in args))
+            except ValueError:
+                return ANY
+        if base in ("Optional", "Union"):
+            rule = TypeRule(frozenset({"none"})) if base == "Optional" else TypeRule()
+            for arg in args:
+                rule = rule | _rule_from_annotation(arg, enums)
+            return rule
+        if base in ("list", "List", "Sequence"):
+            return TypeRule(frozenset({"list"}), item=_rule_from_annotation(args[0], enums))
+        if base in ("dict", "Dict", "Mapping"):
+            return TypeRule(frozenset({"dict"}))
+    return ANY
+
+
+def _metadata_choices(value: ast.expr | None) -> tuple:
+    """`field(metadata={"choices": [...]})`, when the choices are written out (not computed)."""
+    if not (isinstance(value, ast.Call) and getattr(value.func, "id", None) == "field"):
+        return ()
+    for keyword in value.keywords:
+        if keyword.arg == "metadata" and isinstance(keyword.value, ast.Dict):
+            for key, choices in zip(keyword.value.keys, keyword.value.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "choices":
+                    try:
+                        return tuple(ast.literal_eval(choices))
+                    except ValueError:  # e.g. `trainer_log_levels.keys()`: TRL checks those itself
+                        return ()
+    return ()
+
+
+class _EnumFinder:
+    """String enums (transformers' `ExplicitEnum`s such as SchedulerType) named in annotations, found in the
+    module itself or in the sibling module it imports them from (`from .trainer_utils import SchedulerType`)."""
+
+    def __init__(self, path: Path, tree: ast.Module):
+        self.path, self.tree = path, tree
+
+    def values(self, name: str) -> tuple:
+        found = self._class_values(self.tree, name)
+        if found:
+            return found
+        for node in self.tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module and \
+                    any(alias.name == name for alias in node.names):
+                sibling = self.path.parent.joinpath(*node.module.split(".")).with_suffix(".py")
+                if sibling.exists():
+                    return self._class_values(_parse(str(sibling)), name)
+        return ()
+
+    @staticmethod
+    def _class_values(tree: ast.Module, name: str) -> tuple:
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == name and \
+                    any(getattr(b, "id", "").endswith("Enum") for b in node.bases):
+                return tuple(item.value.value for item in node.body
+                             if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant)
+                             and isinstance(item.value.value, str))
+        return ()
+
+
+@functools.cache
+def _parse(path: str) -> ast.Module:
+    return ast.parse(Path(path).read_text())
 
 
 def _module_file(dotted: str) -> str | None:
@@ -116,37 +286,108 @@ def _valid_keys() -> list[str]:
 
 
 def _check_value(key: str, value: Any, source: str) -> Any:
-    """Coerce a JSON value to the field's type, strictly: "fast" is not a learning rate."""
-    tp = field_type(key)
+    """One of our fields: coerce a JSON value to its type, strictly ("fast" is not a learning rate), then TRL's
+    own choices for the fields we hand to GRPOConfig (`optim`, `lr_scheduler_type`) and the known ranges."""
     value = VALUE_ALIASES.get((key, value), value) if isinstance(value, str) else value
+    value = _apply_rule(_schema_rule(key), key, value, source)
+    trl_rule = trl_field_rules().get(key) if FIELDS[key].metadata["trl"] else None
+    if trl_rule is not None and trl_rule.values and not trl_rule.kinds - {"none"}:
+        value = _apply_rule(trl_rule, key, value, source)
+    _check_range(key, value, source)
+    return value
+
+
+def _check_trl_value(key: str, value: Any, source: str) -> Any:
+    """A GRPOConfig / TrainingArguments field: checked against the annotation in TRL's source, so `--dry-run`
+    catches `num_iterations: "two"` instead of the trainer, minutes later."""
+    rule = trl_field_rules().get(key)
+    if rule is not None:
+        value = _apply_rule(rule, key, value, source)
+    _check_range(key, value, source)
+    return value
+
+
+@functools.cache
+def _schema_rule(key: str) -> TypeRule:
+    """Our field's type (config/schema.py) as a TypeRule, so both kinds of field are checked by one function."""
+    tp = field_type(key)
     choices = literal_choices(tp)
     if choices is not None:
-        if isinstance(value, bool) and json.dumps(value) in choices:
-            value = json.dumps(value)  # `--set use_gradient_checkpointing=false` / JSON false mean the choice "false"
-        if value not in choices:
-            raise UsageError(f"{source}: '{key}' must be one of {', '.join(map(repr, choices))}, not {value!r}.")
-        return value
+        return TypeRule(values=choices)
     origin = typing.get_origin(tp)
-    if tp is bool:
-        ok = isinstance(value, bool)
-    elif tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif tp is str:
-        ok = isinstance(value, str)
-    elif origin is list:
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-    elif origin is dict or tp is dict:
-        ok = isinstance(value, dict)
-    else:  # pragma: no cover - every field type is handled above
-        ok = True
-    if not ok:
-        raise UsageError(
-            f"{source}: '{key}' must be {describe_type(tp)}, not {value!r} ({type(value).__name__})."
-        )
-    return value
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return TypeRule(frozenset({"list"}), item=TypeRule(frozenset({_KINDS[item.__name__]})))
+    if origin is dict:
+        return TypeRule(frozenset({"dict"}))
+    return TypeRule(frozenset({_KINDS[tp.__name__]}))
+
+
+_BOOL_WORDS = {"true": True, "false": False}
+
+
+def _apply_rule(rule: TypeRule, key: str, value: Any, source: str) -> Any:
+    ok, value = _coerce(rule, value)
+    if ok:
+        return value
+    if rule.values and not rule.kinds - {"none"}:
+        names = [str(v) for v in rule.values]
+        near = [n for n in names if n.startswith(str(value))][:1] or difflib.get_close_matches(str(value), names, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        # transformers' optimizer and scheduler enums have dozens of values: name a few and the nearest
+        choices = rule.describe() if len(names) <= 12 else f"one of {len(names)} names ({', '.join(names[:5])}, ...)"
+        raise UsageError(f"{source}: '{key}' must be {choices}, not {value!r}.{hint}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{source}: '{key}' must be a finite number, not {value!r}.")
+    raise UsageError(f"{source}: '{key}' must be {rule.describe()}, not {value!r} ({type(value).__name__}).")
+
+
+def _coerce(rule: TypeRule, value: Any) -> tuple[bool, Any]:
+    """(accepted, value as the field holds it). JSON true is a bool, not the int 1; "false"/"False" is a bool for
+    a bool field (never the truthy string 'False'); an int is a float where a float is asked for."""
+    kinds = rule.kinds
+    if "any" in kinds:
+        return True, value
+    if value is None:
+        return "none" in kinds or None in rule.values, None
+    if any(type(v) is type(value) and v == value for v in rule.values):
+        return True, value
+    if isinstance(value, bool):
+        if json.dumps(value) in rule.values:  # `use_gradient_checkpointing=false` means the choice "false"
+            return True, json.dumps(value)
+        return "bool" in kinds, value
+    if isinstance(value, str) and value.lower() in _BOOL_WORDS:
+        if value.lower() in rule.values:
+            return True, value.lower()
+        if "bool" in kinds and "str" not in kinds:
+            return True, _BOOL_WORDS[value.lower()]
+    if isinstance(value, int) and "int" in kinds:
+        return True, value
+    if isinstance(value, (int, float)) and "float" in kinds:
+        return math.isfinite(value), float(value)
+    if isinstance(value, str):
+        return "str" in kinds, value
+    if isinstance(value, list) and "list" in kinds:
+        items = [_coerce(rule.item, v) if rule.item else (True, v) for v in value]
+        return all(ok for ok, _ in items), [v for _, v in items]
+    if isinstance(value, dict):
+        return "dict" in kinds, value
+    return False, value
+
+
+def _check_range(key: str, value: Any, source: str) -> None:
+    bounds = RANGES.get(key)
+    if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    low, low_in, high, high_in = bounds
+    too_low = low is not None and (value < low or value == low and not low_in)
+    too_high = high is not None and (value > high or value == high and not high_in)
+    if too_low or too_high:
+        if high is None:
+            where = f"{'>=' if low_in else '>'} {low:g}"
+        else:
+            where = f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+        raise UsageError(f"{source}: '{key}' must be {where}, not {value!r}.")
 
 
 def normalise_layer(layer: dict[str, Any], source: str) -> dict[str, Any]:
@@ -163,12 +404,12 @@ def normalise_layer(layer: dict[str, Any], source: str) -> dict[str, Any]:
                 raise UsageError(f"{source}: 'trl_args' must be an object of GRPOConfig fields.")
             for sub_key, sub_value in value.items():
                 _check_trl_key(sub_key, source)
-                trl_args[sub_key] = sub_value
+                trl_args[sub_key] = _check_trl_value(sub_key, sub_value, source)
             continue
         if key in FIELDS:
             out[key] = _check_value(key, value, source)
         elif key in trl_field_names():
-            trl_args[key] = value
+            trl_args[key] = _check_trl_value(key, value, source)
         else:
             near = difflib.get_close_matches(key, _valid_keys(), n=1, cutoff=0.6)
             hint = f" Did you mean '{near[0]}'?" if near else " See `python train_grpo.py --help` for the fields."
@@ -186,15 +427,20 @@ def _check_trl_key(key: str, source: str) -> None:
         raise UsageError(f"{source}: '{key}' is not a field of TRL's GRPOConfig.{hint}")
 
 
+# Python spellings people type on a command line: `--set mask_truncated_completions=False`.
+PYTHON_WORDS = {"True": True, "False": False, "None": None}
+
+
 def parse_set_option(item: str) -> tuple[str, Any]:
-    """`--set key=value`: the value is read as JSON when it parses (numbers, true, lists), else as a string."""
+    """`--set key=value`: the value is read as JSON when it parses (numbers, true, lists), Python's True / False /
+    None as those, else as a string. The field's type check comes after, as for a config file."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise UsageError(f"--set '{item}': write it as key=value, e.g. --set num_generations=8.")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
-        value = raw
+        value = PYTHON_WORDS.get(raw.strip(), raw)
     return key.strip(), value
 
 

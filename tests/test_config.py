@@ -220,3 +220,94 @@ def test_attention_kernel_choice():
     assert model_loader.unsloth_kwargs(short)["attn_implementation"] == "eager"
     with pytest.raises(UsageError, match="attn_implementation"):
         build_config(preset="quick_test", overrides=["attn_implementation=fast"])
+
+
+# ---- TRL fields are type-checked at parse time (read from TRL's source: no TRL import) -------------------------
+
+
+def _dry_run_config(cli, tmp_path, *args):
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), *args)
+    assert code == 0, err
+    return json.loads(out)["config"]
+
+
+def test_python_style_booleans_from_set_become_real_booleans(cli, tmp_path):
+    """`--set x=False` must reach TRL as False, never as the (truthy) string 'False'."""
+    config = _dry_run_config(cli, tmp_path, "--set", "mask_truncated_completions=False", "--set", "load_in_4bit=False",
+                             "--set", "sync_ref_model=TRUE", "--set", "min_p=None")
+    assert config["mask_truncated_completions"] is False  # a TRL field
+    assert config["load_in_4bit"] is False  # one of ours
+    assert config["sync_ref_model"] is True  # any case, for a bool field
+    assert config["min_p"] is None  # `float | None`
+    assert not (tmp_path / "o").exists()
+
+
+def test_bool_strings_in_a_config_file_become_booleans(cli, tmp_path):
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps({"mask_truncated_completions": "false", "trl_args": {"log_completions": "True"}}))
+    config = _dry_run_config(cli, tmp_path, "--config", str(file))
+    assert config["mask_truncated_completions"] is False and config["log_completions"] is True
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("num_iterations=two", "--set: 'num_iterations' must be int, not 'two' (str)."),
+        ("num_iterations=2.5", "'num_iterations' must be int, not 2.5 (float)"),
+        ("top_p=abc", "--set: 'top_p' must be float, not 'abc' (str)."),
+        ("mask_truncated_completions=maybe", "'mask_truncated_completions' must be bool, not 'maybe'"),
+        ("top_p=1.5", "--set: 'top_p' must be in (0, 1], not 1.5."),  # a range TRL states in its help text
+        ("min_p=-0.1", "'min_p' must be in [0, 1], not -0.1"),
+        ("num_iterations=0", "'num_iterations' must be >= 1, not 0"),
+        ("epsilon=-0.2", "'epsilon' must be >= 0"),
+        ("repetition_penalty=0", "'repetition_penalty' must be > 0"),
+        ("top_k=-1", "'top_k' must be >= 0"),
+        ("eval_strategy=step", "'eval_strategy' must be one of 'no', 'steps', 'epoch', not 'step'. Did you mean 'steps'?"),
+        ("ddp_backend=tcp", "'ddp_backend' must be one of 'nccl', 'gloo'"),  # metadata={"choices": [...]}
+        ("optim=adamw", "Did you mean 'adamw_torch'?"),  # one of ours, checked against TRL's enum too
+        ("generation_engine=fastest", "'generation_engine' must be one of 'auto', 'transformers'"),  # our Literal
+        ('report_to=["wandb", 3]', "'report_to' must be str or list[str] or None"),
+        ("learning_rate=NaN", "'learning_rate' must be a finite number"),
+    ],
+)
+def test_bad_trl_values_stop_the_dry_run_with_one_line(cli, tmp_path, setting, message):
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--set", setting)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and message in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "layer, message",
+    [
+        ({"num_iterations": "two"}, "'num_iterations' must be int, not 'two' (str)."),
+        ({"top_p": "abc"}, "'top_p' must be float, not 'abc' (str)."),
+        ({"trl_args": {"num_iterations": "two"}}, "'num_iterations' must be int, not 'two' (str)."),
+        ({"trl_args": {"top_p": 0}}, "'top_p' must be in (0, 1], not 0."),
+        ({"vllm_mode": "remote"}, "'vllm_mode' must be one of 'server', 'colocate'"),
+        ({"lr_scheduler_type": "cosine_warm"}, "Did you mean 'cosine_warmup_with_min_lr'?"),
+    ],
+)
+def test_bad_trl_values_in_a_config_file_stop_the_dry_run(cli, tmp_path, layer, message):
+    file = tmp_path / "bad.json"
+    file.write_text(json.dumps(layer))
+    code, _, err = cli("--quick-test", "--dry-run", "--config", str(file), "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"config {file}: " in err and message in err
+
+
+def test_trl_field_rules_read_from_source_agree_with_grpo_config():
+    """The annotation-derived rules accept every default GRPOConfig declares (a wrong reading would refuse them)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from config.loader import _check_trl_value, trl_field_rules
+
+    rules = trl_field_rules()
+    for f in dataclasses.fields(GRPOConfig):
+        if f.name in rules and f.default is not dataclasses.MISSING and not callable(f.default):
+            default = f.default.value if hasattr(f.default, "value") else f.default  # enums -> their string
+            assert _check_trl_value(f.name, default, "t") == default, f.name
+    assert rules["num_iterations"].describe() == "int"
+    assert rules["min_p"].describe() == "float or None"
