@@ -22,8 +22,10 @@ log = logging.getLogger("grpo")
 
 class GenerationLogger(TrainerCallback):
     def __init__(self, rows: list[dict[str, Any]], tokenizer, reward_set: RewardSet, log_dir: Path,
-                 max_new_tokens: int, is_main_process: bool = True, pass_k: int = 0, temperature: float = 1.0):
+                 max_new_tokens: int, is_main_process: bool = True, pass_k: int = 0, temperature: float = 1.0,
+                 held_out: bool = True):
         self.rows = rows
+        self.held_out = held_out  # False: no eval split, the logged prompts are training prompts (and say so)
         self.tokenizer = tokenizer
         self.reward_set = reward_set
         self.log_dir = Path(log_dir)
@@ -37,6 +39,18 @@ class GenerationLogger(TrainerCallback):
         existing = sorted(self.log_dir.glob("generation_log_step_*.json")) if self.log_dir.exists() else []
         # A resumed run continues the eval_step numbering instead of overwriting earlier files.
         self.eval_step = len(existing)
+
+    def baseline(self) -> dict[str, Any] | None:
+        """The run's first generation log (step 0 before any training), also when this process resumed a run whose
+        baseline was written by an earlier process: the real "before training" figure, never a resumed step's."""
+        files = sorted(self.log_dir.glob("generation_log_step_*.json"),
+                       key=lambda p: int(p.stem.rsplit("_", 1)[-1]) if p.stem.rsplit("_", 1)[-1].isdigit() else 1 << 60)
+        if not files:
+            return self.history[0] if self.history else None
+        entries = json.loads(files[0].read_text(encoding="utf-8"))
+        summary = summarise(entries, self.reward_set.names)
+        summary.update(global_step=entries[0]["global_step"] if entries else 0, file=str(files[0]))
+        return summary
 
     # -- TrainerCallback hooks ------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -157,6 +171,7 @@ class GenerationLogger(TrainerCallback):
                 "reward_total": totals[i],
                 "completion_tokens": len(completion_ids[i]),
                 "truncated": truncated[i],
+                "split": "eval" if self.held_out else "train",
             }
             for key in ("answer", "chosen"):
                 if key in row:

@@ -314,11 +314,35 @@ def iter_jsonl(path: str | Path, what: str = "File"):
         raise UsageError(f"{what} {path} cannot be read ({err.__class__.__name__}: {err}).") from None
 
 
-def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames()) -> tuple[list[Row], str]:
-    """Every line parsed and checked before anything is mapped: errors name the file and the line."""
+# The columns each custom format reads (for the check that every --*-field given is used).
+FORMAT_FIELDS = {"preference": ("prompt", "chosen", "rejected"), "messages": (), "qa": ("prompt", "answer"),
+                 "hh": ("chosen", "rejected"), "prompt": ("prompt",)}
+
+
+def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -> None:
+    """Every --*-field the user named is read by the detected format, or the run says why not (never ignored)."""
+    for role, given in names.__dict__.items():
+        if not given:
+            continue
+        if given not in row:
+            raise UsageError(f"--{role}-field {given}: {path} has no column '{given}' (found "
+                             f"{', '.join(sorted(row))}).")
+        if role not in FORMAT_FIELDS[fmt]:
+            partner = {"chosen": "rejected", "rejected": "chosen"}.get(role)
+            fix = (f" Preference data needs both: add --{partner}-field." if partner else "")
+            raise UsageError(f"--{role}-field {given} is not used: the rows were read as '{fmt}' data "
+                             f"({CUSTOM_FORMATS[fmt]}).{fix}")
+
+
+def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
+                      limit: int | None = None) -> tuple[list[Row], str]:
+    """Every line parsed and checked before anything is mapped: errors name the file and the line.
+    `limit` (streaming): stop after that many rows; the rest of the file is never read."""
     rows: list[Row] = []
     fmt: str | None = None
     for lineno, row in iter_jsonl(path, "Custom data file"):
+        if limit is not None and len(rows) >= limit:
+            break
         row_fmt = detect_custom_format(row, names)
         if row_fmt is None:
             raise UsageError(
@@ -327,6 +351,7 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames()) -> tup
             )
         if fmt is None:
             fmt = row_fmt
+            check_field_names(fmt, row, names, path)
         elif row_fmt != fmt:
             raise UsageError(
                 f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
@@ -397,14 +422,17 @@ class DatasetReport:
     rows: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, dict[str, int]] = field(default_factory=dict)
     examples: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    streamed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "format": self.format, "rows": self.rows, "dropped": self.dropped,
-                "examples": self.examples}
+                "notes": self.notes, "streamed": self.streamed, "examples": self.examples}
 
 
 def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split: str, report: DatasetReport):
     """Batched map that keeps a drop reason per row, then filters and counts: nothing disappears unreported."""
+    replaced = [0]
 
     def batch_fn(batch: dict[str, list]) -> dict[str, list]:
         keys = list(batch)
@@ -414,7 +442,11 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
             mapped, reason = formatter({k: batch[k][i] for k in keys})
             mapped = mapped or {}
             prompt = mapped.get("prompt") or []
-            if system_prompt and prompt and prompt[0]["role"] != "system":
+            if system_prompt and prompt:
+                # --system-prompt takes effect on every row: a row's own system turn is replaced (and counted).
+                if prompt[0]["role"] == "system":
+                    replaced[0] += prompt[0]["content"] != system_prompt
+                    prompt = prompt[1:]
                 prompt = [{"role": "system", "content": system_prompt}, *prompt]
             out["id"].append(mapped.get("id", ""))
             out["prompt"].append(prompt)
@@ -424,7 +456,9 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
         return out
 
     mapped = ds.map(batch_fn, batched=True, batch_size=1000, remove_columns=ds.column_names,
-                    desc=f"Mapping {split}")
+                    desc=f"Mapping {split}", load_from_cache_file=False)
+    if replaced[0]:
+        report.notes.append(f"--system-prompt replaced the rows' own system turn in {replaced[0]} {split} rows")
     reasons = Counter(r for r in mapped["_drop"] if r)
     if reasons:
         report.dropped[split] = dict(reasons)
@@ -487,17 +521,23 @@ def load_grpo_dataset(
     seed: int = 42,
     system_prompt: str = "",
     field_names: FieldNames = FieldNames(),
+    streaming: bool = False,
 ):
     """Load, map, shuffle and cap a dataset: returns (train, eval or None, DatasetReport).
 
     A custom JSONL file's mapped result is cached under the cache dir (memory-mapped Arrow), so a second run on
-    the same file and settings skips parsing and mapping. Hub and local presets rely on `datasets`' own cache."""
+    the same file and settings skips parsing and mapping. Hub and local presets rely on `datasets`' own cache.
+    `streaming`: only the first rows the run needs are read (max_samples plus the eval rows, with headroom for
+    drops); nothing else of the source is downloaded, read or parsed."""
     import datasets
 
     datasets.disable_progress_bars()
+    if streaming and not max_samples:
+        raise UsageError("streaming needs a row budget: set --max-samples N (or max_steps, from which the run "
+                         "computes how many prompts it needs).")
     settings = dict(max_samples=max_samples, max_eval_samples=max_eval_samples, eval_fraction=eval_fraction,
                     seed=seed, system_prompt=system_prompt, field_names=field_names.__dict__)
-    key = _cache_key(custom_data, settings) if custom_data else None
+    key = _cache_key(custom_data, settings) if custom_data and not streaming else None
     if key is not None:
         from model_loader import cache_dir
 
@@ -507,7 +547,7 @@ def load_grpo_dataset(
             report = DatasetReport(**json.loads((cached / "report.json").read_text()))
             return parts["train"], parts["eval"] if "eval" in parts else None, report
     train, evaluation, report = _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samples,
-                                              eval_fraction, seed, system_prompt, field_names)
+                                              eval_fraction, seed, system_prompt, field_names, streaming)
     if key is not None:
         import shutil
         import tempfile
@@ -527,13 +567,32 @@ def load_grpo_dataset(
     return train, evaluation, report
 
 
+def _stream_budget(max_samples: int, max_eval_samples: int, eval_fraction: float, has_eval_split: bool) -> int:
+    """Raw rows to read from a streamed train split: the training cap with headroom for drops, plus the held-out
+    share when the source has no eval split of its own."""
+    rows = int(max_samples * 1.2) + 16
+    if not has_eval_split and eval_fraction > 0:
+        rows = max(rows + 1, int(rows / (1 - eval_fraction)) + 1)
+    return rows
+
+
+def _take(iterable, n: int):
+    import itertools
+
+    import datasets
+
+    rows = list(itertools.islice(iter(iterable), n))
+    return datasets.Dataset.from_list(rows) if rows else None
+
+
 def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samples, eval_fraction, seed,
-                  system_prompt, field_names):
+                  system_prompt, field_names, streaming=False):
     import datasets
 
     if custom_data:
-        rows, fmt = read_custom_jsonl(custom_data, field_names)
-        report = DatasetReport(source=f"custom file {custom_data}", format=fmt)
+        limit = _stream_budget(max_samples, max_eval_samples, eval_fraction, False) if streaming else None
+        rows, fmt = read_custom_jsonl(custom_data, field_names, limit=limit)
+        report = DatasetReport(source=f"custom file {custom_data}", format=fmt, streamed=streaming)
         raw = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)})
         formatter, train_split, eval_split = make_custom_formatter(fmt, field_names), "train", None
     else:
@@ -547,6 +606,9 @@ def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samp
                                         "test": datasets.Dataset.from_list(eval_rows)})
             report = DatasetReport(source="built-in arithmetic", format="verifiable")
             train_split, eval_split = "train", "test"
+        elif streaming:
+            raw, report, train_split, eval_split = _stream_preset(dataset, dataset_path, spec, max_samples,
+                                                                  max_eval_samples, eval_fraction, seed)
         elif dataset_path:
             raw = _load_local(Path(dataset_path), spec)
             report = DatasetReport(source=f"{dataset} from {dataset_path}", format=spec.kind)
@@ -601,6 +663,114 @@ def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samp
         raise UsageError(f"The training set is empty after mapping and filtering{why}: check the data and filters.")
     report.rows = {"train": len(train), "eval": len(evaluation) if evaluation is not None else 0}
     report.examples = [train[i] for i in range(min(2, len(train)))]
+    return train, evaluation, report
+
+
+def _stream_preset(name: str, dataset_path: str, spec: DatasetSpec, max_samples: int, max_eval_samples: int,
+                   eval_fraction: float, seed: int):
+    """A preset read lazily (hub or local files): the first rows of a seeded shuffle buffer, materialised."""
+    import datasets
+
+    try:
+        if dataset_path:
+            path = Path(dataset_path)
+            if not path.exists():
+                raise UsageError(f"--dataset-path {path} does not exist: check the path.")
+            if path.is_dir():
+                sub = path / spec.hub_config if spec.hub_config and (path / spec.hub_config).is_dir() else path
+                source = datasets.load_dataset(str(sub), streaming=True)
+            else:
+                builder = "parquet" if str(path).lower().endswith(".parquet") else "json"
+                source = datasets.load_dataset(builder, data_files={"train": str(path)}, streaming=True)
+            where = f"{name} from {dataset_path}"
+        else:
+            source = datasets.load_dataset(spec.hub_id, spec.hub_config, streaming=True)
+            where = spec.hub_id
+    except UsageError:
+        raise
+    except Exception as err:  # offline, gated, missing, unreadable: all end in the same advice
+        if dataset_path:
+            raise UsageError(f"--dataset-path {dataset_path} could not be read: {str(err).splitlines()[0][:200]}") from None
+        raise _hub_error(name, spec.hub_id, err) from None
+    train_split = spec.train_split if spec.train_split in source else next(iter(source))
+    eval_split = spec.eval_split if spec.eval_split in source else None
+    # A shuffle buffer: rows come from the first `buffer` of the split in a seeded order (a full shuffle would read
+    # everything, which is what streaming avoids).
+    train_rows = _take(source[train_split].shuffle(seed=seed, buffer_size=1000),
+                       _stream_budget(max_samples, max_eval_samples, eval_fraction, eval_split is not None))
+    parts = {"train": train_rows}
+    if eval_split and max_eval_samples:
+        eval_rows = _take(source[eval_split], int(max_eval_samples * 1.2) + 16)
+        if eval_rows is not None:
+            parts["test"] = eval_rows
+    report = DatasetReport(source=where, format=spec.kind, streamed=True)
+    return datasets.DatasetDict(parts), report, "train", "test" if "test" in parts else None
+
+
+def rows_needed(config) -> int:
+    """Prompts a run can consume: max_samples when set, else max_steps x prompts per optimizer step (streaming reads
+    no more than this)."""
+    if config.max_samples:
+        return config.max_samples
+    if config.max_steps and config.max_steps > 0:
+        world = int(__import__("os").environ.get("WORLD_SIZE", "1"))
+        per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * world
+        return max(1, config.max_steps * -(-per_step // config.num_generations))
+    return 0
+
+
+def load_for_config(config):
+    """The run's data, as the config describes it: (train, eval or None, report)."""
+    if config.streaming and not rows_needed(config):
+        raise UsageError("streaming reads only the rows a run needs, so it needs to know how many: set "
+                         "--max-samples N or --max-steps N.")
+    return load_grpo_dataset(
+        dataset=config.dataset, dataset_path=config.dataset_path, custom_data=config.custom_data,
+        max_samples=rows_needed(config) if config.streaming else config.max_samples,
+        max_eval_samples=config.max_eval_samples, eval_fraction=config.eval_fraction, seed=config.seed,
+        system_prompt=config.system_prompt, streaming=config.streaming,
+        field_names=FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field),
+    )
+
+
+def as_grpo_dataset(dataset, config):
+    """A user's own data for the Python API: a `datasets.Dataset` of mapped rows (what `create_grpo_dataloader`
+    returns, or any rows with a `prompt`), or a list of dicts in any custom-data format. Held out like a dataset
+    with no test split (`eval_fraction`); returns (train, eval or None, report)."""
+    import datasets
+
+    if isinstance(dataset, datasets.DatasetDict):
+        dataset = dataset["train"]
+    if isinstance(dataset, datasets.Dataset):
+        rows = dataset.to_list()
+    elif isinstance(dataset, (list, tuple)) and all(isinstance(r, dict) for r in dataset):
+        rows = list(dataset)
+    else:
+        raise UsageError(f"train(dataset): expected a datasets.Dataset or a list of dicts, not "
+                         f"{type(dataset).__name__}.")
+    if not rows:
+        raise UsageError("train(dataset): the dataset has no rows.")
+    names = FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field)
+    fmt = detect_custom_format(rows[0], names)
+    if fmt is None:
+        raise UsageError(f"train(dataset): rows have no usable fields (found {', '.join(sorted(rows[0]))}). "
+                         "Accepted: " + "; ".join(CUSTOM_FORMATS.values()) + ".")
+    check_field_names(fmt, rows[0], names, "the dataset")
+    formatter = make_custom_formatter(fmt, names)
+    report = DatasetReport(source="the dataset passed to train()", format=fmt)
+    raw = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "prompt_text"} for r in rows])
+    evaluation = None
+    if config.eval_fraction > 0 and len(raw) >= 10:
+        parts = raw.train_test_split(test_size=config.eval_fraction, seed=config.seed)
+        raw, evaluation = parts["train"], _map_split(parts["test"], formatter, config.system_prompt, "eval", report)
+        if config.max_eval_samples:
+            evaluation = evaluation.select(range(min(len(evaluation), config.max_eval_samples)))
+    train = _map_split(raw, formatter, config.system_prompt, "train", report)
+    if config.max_samples:
+        train = train.select(range(min(len(train), config.max_samples)))
+    if len(train) == 0:
+        raise UsageError("train(dataset): no usable rows after mapping: check the data.")
+    report.rows = {"train": len(train), "eval": len(evaluation) if evaluation is not None else 0}
     return train, evaluation, report
 
 
@@ -664,3 +834,23 @@ def create_grpo_dataloader(
         row["prompt"], tokenize=False, add_generation_prompt=True)})
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=list)
     return loader, dataset
+
+
+def count_prompt_length_drops(train, evaluation, config, report: DatasetReport) -> None:
+    """`--dry-run`: count the prompts the run will drop for length, with the model's tokenizer and without the model.
+    The tokenizer is read only from local files (the embedded model, a local directory, or the hub cache): a dry run
+    never downloads. When it is not available the report says the count is missing, not zero."""
+    if not config.max_prompt_length:
+        return
+    try:
+        from transformers import AutoTokenizer
+
+        from model_loader import model_path
+
+        tokenizer = AutoTokenizer.from_pretrained(model_path(config.model_name), local_files_only=True)
+    except Exception as err:  # noqa: BLE001 - offline, gated, not cached: all mean "not counted here"
+        report.notes.append(
+            f"prompts over {config.max_prompt_length} tokens are dropped when training starts; not counted here: the "
+            f"tokenizer of {config.model_name} is not available locally ({err.__class__.__name__})")
+        return
+    filter_long_prompts(train, evaluation, tokenizer, config.max_prompt_length, report)

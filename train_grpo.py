@@ -55,11 +55,14 @@ def main(
     vllm_mode: Annotated[Literal["server", "colocate"] | None, _opt("vllm_mode", PANEL_MODEL, "--vllm-mode")] = None,
     vllm_server_host: Annotated[str | None, _opt("vllm_server_host", PANEL_MODEL, "--vllm-server-host")] = None,
     vllm_server_port: Annotated[int | None, _opt("vllm_server_port", PANEL_MODEL, "--vllm-server-port")] = None,
+    generation_engine: Annotated[Literal["auto", "transformers", "llama_cpp", "vllm"] | None,
+                                 _opt("generation_engine", PANEL_MODEL, "--generation-engine")] = None,
     # ---- Data
     dataset: Annotated[str | None, _opt("dataset", PANEL_DATA, "--dataset", "-d")] = None,
     dataset_path: Annotated[str | None, _opt("dataset_path", PANEL_DATA, "--dataset-path")] = None,
     custom_data: Annotated[str | None, _opt("custom_data", PANEL_DATA, "--custom-data")] = None,
     max_samples: Annotated[int | None, _opt("max_samples", PANEL_DATA, "--max-samples")] = None,
+    streaming: Annotated[bool | None, _opt("streaming", PANEL_DATA, "--streaming")] = None,
     system_prompt: Annotated[str | None, _opt("system_prompt", PANEL_DATA, "--system-prompt")] = None,
     prompt_field: Annotated[str | None, _opt("prompt_field", PANEL_DATA, "--prompt-field")] = None,
     answer_field: Annotated[str | None, _opt("answer_field", PANEL_DATA, "--answer-field")] = None,
@@ -109,6 +112,8 @@ def main(
     wandb_project: Annotated[str | None, _opt("wandb_project", PANEL_LOGGING, "--wandb-project")] = None,
     no_wandb: Annotated[bool, _opt(None, PANEL_LOGGING, "--no-wandb", help="Turn W&B off.")] = False,
     run_name: Annotated[str | None, _opt("run_name", PANEL_LOGGING, "--run-name")] = None,
+    verbose: Annotated[bool, _opt(None, PANEL_LOGGING, "--verbose", "-v",
+                                  help="Show everything: third-party warnings, every metric, tracebacks.")] = False,
     eval_only: Annotated[bool, _opt(None, PANEL_LOGGING, "--eval-only",
                                     help="Evaluate the adapter given by --resume-from-checkpoint (a checkpoint or "
                                          "an output dir with an adapter): generation log + eval metrics, no "
@@ -140,7 +145,7 @@ def main(
         flags = {
             "model_name": model, "load_in_4bit": load_in_4bit, "lora_r": lora_r, "backend": backend,
             "use_vllm": use_vllm, "vllm_mode": vllm_mode, "vllm_server_host": vllm_server_host,
-            "vllm_server_port": vllm_server_port,
+            "vllm_server_port": vllm_server_port, "generation_engine": generation_engine, "streaming": streaming,
             "dataset": dataset, "dataset_path": dataset_path, "custom_data": custom_data,
             "max_samples": max_samples, "system_prompt": system_prompt, "prompt_field": prompt_field,
             "answer_field": answer_field, "chosen_field": chosen_field, "rejected_field": rejected_field,
@@ -154,7 +159,7 @@ def main(
             "save_steps": save_steps, "save_merged": save_merged,
         }
         run(chosen_preset, config_file, flags, set_ or [], dry_run, score_completions, resume_from_checkpoint,
-            eval_only, force_resume)
+            eval_only, force_resume, verbose)
     except UsageError as err:
         if is_main_process():  # under torchrun every rank finds the same problem; one line is enough
             typer.echo(f"error: {err}", err=True)
@@ -165,17 +170,35 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+REWARD_KEYS = {"reward_config_name", "reward_config", "reward_function_type"}
+
+
+def rewards_asked_for(config_file: str | None, flags: dict, overrides: list[str]) -> bool:
+    """Did the user name the rewards (a flag, --set, or their config file), or did they come from a preset?"""
+    from config.loader import read_json_file
+
+    if flags.get("reward_config_name") or flags.get("reward_config"):
+        return True
+    if any(item.partition("=")[0].strip() in REWARD_KEYS - {"reward_function_type"} for item in overrides):
+        return True
+    return bool(config_file) and bool({"reward_config_name", "reward_config"} & set(read_json_file(config_file,
+                                                                                                   "Config file")))
+
+
 def run(preset, config_file, flags, overrides, dry_run, score_completions, resume_from_checkpoint,
-        eval_only=False, force_resume=False) -> None:
-    """The story of a run: config -> rewards -> data -> (dry run | reward preview | training) -> summary."""
+        eval_only=False, force_resume=False, verbose=False) -> None:
+    """The story of a run: config -> data -> rewards -> (dry run | reward preview | training) -> summary.
+    Everything after parsing is the Python API's GRPOTrainer: one path for the CLI and for Python."""
     from config.loader import build_config, config_to_dict, resolve_model_name
-    from model_loader import choose_backend
+    from grpo_trainer import AlreadyFinished, GRPOTrainer, Interrupted, check_adapter_dir, resolve_checkpoint
 
     config = build_config(preset, config_file, flags, overrides)
     resolve_model_name(config.model_name)
 
     if score_completions is not None:
-        preview_rewards(build_rewards(config), score_completions)
+        from grpo_trainer import _reward_set
+
+        preview_rewards(_reward_set(config, "", []), score_completions)
         return
 
     out = check_output_dir(config.output_dir)
@@ -194,79 +217,45 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         raise UsageError("--eval-only needs an adapter to evaluate: --resume-from-checkpoint PATH (a checkpoint-N "
                          "directory or a finished run's output directory).")
     resume_from = resolve_checkpoint(resume_from_checkpoint, out, eval_only) if resume_from_checkpoint else None
-    if resume_from:
-        from training import check_adapter_dir  # light module: heavy imports stay inside its functions
+    if resume_from is not None:
+        check_adapter_dir(resume_from, config.model_name)  # before any data or model is loaded
 
-        check_adapter_dir(Path(resume_from), config.model_name)  # before any data or model is loaded
-    train_ds, eval_ds, report = load_data(config)
-    reward_set = build_rewards(config, report.format)
-    from rewards import check_columns
-
-    check_columns(reward_set, set(train_ds.column_names), report.source)
+    trainer = GRPOTrainer(config, verbose=verbose)
+    train_ds, eval_ds, report = trainer.load_data()
+    reward_set = trainer.build_rewards(explicit=rewards_asked_for(config_file, flags, overrides))
 
     if dry_run:
-        dataset_report = report.as_dict()
-        if config.max_prompt_length:
-            dataset_report["prompt_length_filter"] = (
-                f"prompts over {config.max_prompt_length} tokens are dropped (and counted) with the model's tokenizer "
-                "when training starts")
-        document = {"config": config_to_dict(config), "preset": preset, "dataset": dataset_report,
+        from data_loader import count_prompt_length_drops
+
+        count_prompt_length_drops(train_ds, eval_ds, config, report)
+        document = {"config": config_to_dict(config), "preset": preset, "dataset": report.as_dict(),
                     "rewards": {"mode": config.reward_function_type, "components": reward_set.names,
-                                "weights": reward_set.weights}}
+                                "weights": reward_set.weights}, "notices": trainer.notices}
         print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
         return
-
-    from checkpoints import build_manifest, check_resume
-    from training import Interrupted, dataset_fingerprint, run_evaluation, run_training
-
-    manifest = build_manifest(config_to_dict(config), dataset_fingerprint(train_ds))
-    if resume_from and not eval_only:
-        check_resume(Path(resume_from), manifest, force_resume)
 
     out.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         add_file_logging(out / "grpo_training.log")
     if eval_only:
-        run_evaluation(config, train_ds, eval_ds, report, reward_set, choose_backend(config.backend), Path(resume_from))
+        result = trainer.evaluate_adapter(resume_from)
+        if is_main_process():
+            print_eval_only(result)
         return
-    log.info("Config (preset %s): %s", preset, json.dumps(config_to_dict(config), default=str))
+    log.debug("Config (preset %s): %s", preset, json.dumps(config_to_dict(config), default=str))
     log.info("Dataset %s: %s rows, dropped %s", report.source, report.rows, report.dropped or "none")
     log.info("Rewards (%s): %s", config.reward_function_type,
              ", ".join(f"{n} x{w:g}" for n, w in zip(reward_set.names, reward_set.weights, strict=True)))
     try:
-        summary = run_training(config, train_ds, eval_ds, report, reward_set, choose_backend(config.backend),
-                               resume_from=resume_from, manifest=manifest)
+        summary = trainer.train(resume_from_checkpoint=resume_from, force_resume=force_resume)
+    except AlreadyFinished as done:
+        log.info("%s", done)
+        return
     except Interrupted as stop:
         log.warning("%s", stop)
         raise typer.Exit(stop.exit_code) from None
     if is_main_process():
         print_summary(summary)
-
-
-def build_rewards(config, data_format: str = ""):
-    """The reward set: the config's file or preset, else the data's default (exact answers -> math)."""
-    from data_loader import DATASETS
-    from rewards import load_reward_config, parse_reward_config
-
-    name = config.reward_config_name
-    if not name and not config.reward_config:
-        if config.custom_data:
-            name = "math" if data_format == "qa" else "balanced"
-        else:
-            name = DATASETS[config.dataset].default_rewards if config.dataset in DATASETS else "balanced"
-    data, source = load_reward_config(name, config.reward_config)
-    return parse_reward_config(data, source, config.custom_rewards, config.max_completion_length)
-
-
-def load_data(config):
-    from data_loader import FieldNames, load_grpo_dataset
-
-    return load_grpo_dataset(
-        dataset=config.dataset, dataset_path=config.dataset_path, custom_data=config.custom_data,
-        max_samples=config.max_samples, max_eval_samples=config.max_eval_samples,
-        eval_fraction=config.eval_fraction, seed=config.seed, system_prompt=config.system_prompt,
-        field_names=FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field),
-    )
 
 
 def preview_rewards(reward_set, path: Path) -> None:
@@ -308,23 +297,6 @@ def check_wandb() -> None:
                          "WANDB_MODE=offline (or drop --wandb-project).")
 
 
-def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) -> str:
-    if value == "latest":
-        checkpoints = sorted(output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])
-                             if p.name.split("-")[-1].isdigit() else -1)
-        if not checkpoints:
-            raise UsageError(f"--resume-from-checkpoint latest: no checkpoint-* directory in {output_dir}.")
-        return str(checkpoints[-1])
-    path = Path(value)
-    if not path.exists():
-        raise UsageError(f"Checkpoint {path} does not exist: check the path, or use 'latest'.")
-    if eval_only:
-        return str(path)  # an adapter is enough; run() checks it against the model before anything is written
-    if not (path / "trainer_state.json").exists():
-        raise UsageError(f"{path} is not a trainer checkpoint (no trainer_state.json): give a checkpoint-N directory.")
-    return str(path)
-
-
 def setup_console_logging() -> None:
     """Run logs on stderr, so stdout carries only results (--dry-run JSON, --score-completions rows)."""
     logger = logging.getLogger("grpo")
@@ -348,21 +320,49 @@ def print_summary(summary: dict) -> None:
 
     console = Console(stderr=True)
     console.rule("[bold]GRPO run finished")
-    console.print(f"steps: {summary['global_step']}  backend: {summary['backend']}  "
+    resumed = f" (resumed from {summary['resumed_from']})" if summary.get("resumed_from") else ""
+    console.print(f"steps: {summary['global_step']}{resumed}  backend: {summary['backend']}  "
                   f"train time: {summary['train_seconds']} s  total: {summary['total_seconds']} s")
     first, last = summary.get("train_reward_first"), summary.get("train_reward_last")
     if first is not None:
         console.print(f"train reward (sampled): first step {first:.3f} -> last step {last:.3f}")
-    if "generation_eval_baseline" in summary:
-        console.print(f"eval reward (greedy, logged prompts): before training "
-                      f"{summary['generation_eval_baseline']:.3f} -> after {summary['generation_eval_final']:.3f}")
+    greedy = summary.get("generation_eval")
+    if greedy and greedy.get("baseline") is not None:
+        what = "held-out eval prompts" if greedy["held_out"] else "TRAINING prompts (no held-out split)"
+        change = greedy["final"] - greedy["baseline"]
+        verdict = "improved" if change > 1e-9 else "got worse" if change < -1e-9 else "unchanged"
+        console.print(f"greedy reward on {greedy['prompts']} {what}: before training (step {greedy['baseline_step']}) "
+                      f"{greedy['baseline']:.3f} -> now (step {greedy['final_step']}) {greedy['final']:.3f}: {verdict}")
+        for key in sorted(k for k in greedy if k.startswith("pass@")):
+            console.print(f"{key} (sampled): {greedy[key]:.3f}")
     if summary.get("eval", {}).get("eval_reward") is not None:
-        console.print(f"eval reward (sampled, eval split): {summary['eval']['eval_reward']:.3f}")
+        console.print(f"eval reward (sampled, held-out split): {summary['eval']['eval_reward']:.3f}")
+    for notice in summary.get("notices") or []:
+        console.print(f"note: {notice}")
     console.print(f"adapter, tokenizer, trainer state, metrics_summary.json: {summary['output_dir']}")
+    if summary.get("report"):
+        console.print(f"report: {summary['report']}")
     if "generation_log_dir" in summary:
         console.print(f"generation logs: {summary['generation_log_dir']}")
     if summary.get("best_checkpoint"):
         console.print(f"best checkpoint: {summary['best_checkpoint']} (eval metric {summary['best_metric']:.4g})")
+
+
+def print_eval_only(result: dict) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    console.rule("[bold]Evaluation finished")
+    greedy, metrics = result.get("generation_log") or {}, result.get("eval") or {}
+    what = "held-out eval prompts" if result.get("held_out") else "training prompts (no held-out split)"
+    console.print(f"adapter: {result['adapter']} (step {result['global_step']})")
+    if greedy.get("reward_mean") is not None:
+        console.print(f"greedy reward on {what}: {greedy['reward_mean']:.3f}")
+    for key in sorted(k for k in greedy if k.startswith("pass@")):
+        console.print(f"{key} (sampled): {greedy[key]:.3f}")
+    if metrics.get("eval_reward") is not None:
+        console.print(f"sampled reward on {what}: {metrics['eval_reward']:.3f}")
+    console.print(f"eval_metrics.json, generation log, report: {result['output_dir']}")
 
 
 def print_listings(models: bool, datasets: bool, rewards: bool) -> None:
@@ -373,10 +373,15 @@ def print_listings(models: bool, datasets: bool, rewards: bool) -> None:
     if models:
         from config.models import MODEL_PRESETS
 
-        table = Table("model", "checkpoint", "GPU memory (Unsloth's published)", "description", title="Models")
+        # Names and checkpoint ids never wrap or get cut (people copy them); the description takes what is left.
+        table = Table("model", "checkpoint", "GPU memory", title="Models", caption="GPU memory: Unsloth's published "
+                      "figures for GRPO QLoRA, not measured here")
+        table.columns[0].no_wrap = table.columns[1].no_wrap = True
         for name, p in MODEL_PRESETS.items():
-            table.add_row(name, p.hub_id, p.published_vram, p.description)
+            table.add_row(name, p.hub_id, p.published_vram)
         console.print(table)
+        for name, p in MODEL_PRESETS.items():
+            console.print(f"  {name}: {p.description}")
     if datasets:
         from data_loader import DATASETS
 

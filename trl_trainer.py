@@ -56,6 +56,25 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
 
     share_prompts: bool = False
 
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """Resume at the learning rate the schedule gives for this step.
+
+        The checkpoint's optimizer carries the lr of the old schedule's last step (0.0 at the end of a linear decay),
+        and the scheduler's `_last_lr` too; only the next scheduler step would recompute it. When a run is extended
+        (a larger max_steps), the first resumed step would train at that stale rate. The scheduler built for this
+        run knows the new total, so its value at the current step is set now: the schedule re-planned for the new
+        total from the current step, and the rate the log reports is the rate each step trains at."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        scheduler = self.lr_scheduler
+        lambdas = getattr(scheduler, "lr_lambdas", None)
+        if checkpoint is None or not lambdas or self.optimizer is None:
+            return
+        step = scheduler.last_epoch
+        rates = [base * fn(step) for base, fn in zip(scheduler.base_lrs, lambdas, strict=True)]
+        for group, rate in zip(self.optimizer.param_groups, rates, strict=True):
+            group["lr"] = rate
+        scheduler._last_lr = rates
+
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **extra):
         if not self.share_prompts or compute_aux_loss or any(v is not None for v in extra.values()):

@@ -150,7 +150,7 @@ def test_vllm_flags_land_in_the_grpo_config_the_trainer_receives(monkeypatch):
 
     from trl import GRPOConfig
 
-    from training import grpo_config_kwargs
+    from grpo_trainer import grpo_config_kwargs
 
     real_find_spec = importlib.util.find_spec
     # vllm is GPU-only and not installed here: pretend it is, to check what we hand TRL
@@ -170,7 +170,7 @@ def test_unsloth_fast_inference_settings_reach_from_pretrained_kwargs(monkeypatc
     import importlib.util
 
     import model_loader
-    from training import grpo_config_kwargs
+    from grpo_trainer import grpo_config_kwargs
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
@@ -197,7 +197,7 @@ def test_world_size_enters_the_batch_arithmetic(monkeypatch):
 
 def test_gradient_checkpointing_choice_reaches_grpo_config():
     """GRPOConfig defaults gradient_checkpointing to True; 'false' must reach it (else a silent second forward)."""
-    from training import grpo_config_kwargs
+    from grpo_trainer import grpo_config_kwargs
 
     for value, expected in (("false", False), ("true", True), ("unsloth", True)):
         config = build_config(preset="quick_test", overrides=[f"use_gradient_checkpointing={value}"])
