@@ -5,7 +5,10 @@ The spec's file is exactly this shape:
 
     {"accuracy_weight": 0.5, "length_weight": 0.2, "quality_weight": 0.3,
      "accuracy": {"correct_keywords": [...]}, "length": {"optimal_length": 100, "length_weight": 1.0},
-     "quality": {"reward_scale": 1.0, "penalty_scale": 0.5, "quality_keywords": [...], "negative_keywords": [...]}}
+     "quality": {"reward_scale": 1.0, "penalty_scale": -0.5, "quality_keywords": [...], "negative_keywords": [...]}}
+
+Weights are 0 or more (0 turns a component off); penalties are penalties whichever sign their setting is written
+with (see rewards/base.py).
 
 'single' hands TRL one function (the weighted sum, one curve); 'multi' hands TRL one function per component with
 `reward_weights`, so each is logged as `rewards/<name>/mean` and TRL's `reward` is the same weighted total.
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from config.errors import UsageError
-from rewards.base import RewardComponent, check_reward_output, completion_text
+from rewards.base import RewardComponent, RewardError, check_reward_output, completion_text, with_timeout
 from rewards.components import Accuracy, Custom, Format, Length, Quality, Repetition, RewardModel, Similarity
 
 REGISTRY: dict[str, type[RewardComponent]] = {
@@ -70,6 +73,12 @@ def parse_reward_config(data: dict[str, Any], source: str, custom_rewards: list[
         if key.endswith("_weight") and key[: -len("_weight")] in REGISTRY:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise UsageError(f"{source}: '{key}' must be a number, not {value!r}.")
+            if value < 0:
+                raise UsageError(
+                    f"{source}: '{key}' is {value:g}: a negative weight turns the reward upside down (its best "
+                    "completions would score lowest; penalties such as 'repetition' already score <= 0). Use a "
+                    "positive weight, or 0 to turn it off."
+                )
             weights[key[: -len("_weight")]] = float(value)
         elif key in REGISTRY:
             if not isinstance(value, dict):
@@ -105,17 +114,22 @@ def parse_reward_config(data: dict[str, Any], source: str, custom_rewards: list[
 
 class WeightedSum:
     """'single' mode: one TRL reward function = sum(weight * component). Components that return None for a
-    sample (not applicable) contribute nothing to it. Picklable; its metric name is `reward_total`."""
+    sample (not applicable) contribute nothing to it. A component that raises or runs past `timeout` seconds
+    (0 = no limit) raises RewardError naming it. Picklable; its metric name is `reward_total`."""
 
     __name__ = "reward_total"
 
-    def __init__(self, reward_set: RewardSet):
+    def __init__(self, reward_set: RewardSet, timeout: float = 0.0):
         self.reward_set = reward_set
+        self.timeout = timeout
 
     def components(self, prompts=None, completions=None, **columns) -> dict[str, list[float | None]]:
         n = len(completions or [])
-        return {c.__name__: check_reward_output(c.__name__, c(prompts=prompts, completions=completions, **columns), n)
-                for c in self.reward_set.components}
+        out = {}
+        for c in self.reward_set.components:
+            values = with_timeout(c, self.timeout, c.__name__)(prompts=prompts, completions=completions, **columns)
+            out[c.__name__] = check_reward_output(c.__name__, values, n)
+        return out
 
     def __call__(self, prompts=None, completions=None, **columns) -> list[float]:
         return weighted_total(self.components(prompts, completions, **columns), self.reward_set.weights)
@@ -129,23 +143,29 @@ def weighted_total(per_component: dict[str, list[float | None]], weights: list[f
 
 
 class CheckedReward:
-    """'multi' mode wrapper: the component's output checked (count, finite numbers) so a broken reward is named."""
+    """'multi' mode wrapper: the component's output checked (count, finite numbers) so a broken reward is named;
+    an exception or a call past `timeout` seconds (0 = no limit) becomes a RewardError naming it."""
 
-    def __init__(self, component: RewardComponent):
+    def __init__(self, component: RewardComponent, timeout: float = 0.0):
         self.component = component
+        self.timeout = timeout
         self.__name__ = component.__name__
 
     def __call__(self, prompts=None, completions=None, **columns):
-        values = self.component(prompts=prompts, completions=completions, **columns)
+        call = with_timeout(self.component, self.timeout, self.__name__)
+        values = call(prompts=prompts, completions=completions, **columns)
         return check_reward_output(self.__name__, values, len(completions or []))
 
 
-def build_reward_functions(reward_set: RewardSet, mode: str) -> tuple[list, list[float] | None]:
-    """(reward_funcs, reward_weights) for TRL's GRPOTrainer / GRPOConfig."""
+def build_reward_functions(reward_set: RewardSet, mode: str, timeout: float = 0.0) -> tuple[list, list[float] | None]:
+    """(reward_funcs, reward_weights) for TRL's GRPOTrainer / GRPOConfig. `timeout`: seconds one reward call may
+    take (the config's reward_timeout; 0 = no limit)."""
+    if timeout < 0:
+        raise UsageError(f"reward_timeout must be 0 (no limit) or more seconds, not {timeout:g}.")
     if mode == "single":
-        return [WeightedSum(reward_set)], None
+        return [WeightedSum(reward_set, timeout)], None
     if mode == "multi":
-        return [CheckedReward(c) for c in reward_set.components], list(reward_set.weights)
+        return [CheckedReward(c, timeout) for c in reward_set.components], list(reward_set.weights)
     raise UsageError(f"reward_function_type must be 'single' or 'multi', not {mode!r}.")
 
 
@@ -160,17 +180,20 @@ def check_columns(reward_set: RewardSet, columns: set[str], source: str) -> None
             )
 
 
-def score_rows(reward_set: RewardSet, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def score_rows(reward_set: RewardSet, rows: list[dict[str, Any]], timeout: float = 0.0) -> list[dict[str, Any]]:
     """`--score-completions`: each row's component scores and weighted total; for groups, mean/std and the
     zero-variance flag (a group whose completions all score the same gives GRPO no signal)."""
     results = []
-    single = WeightedSum(reward_set)
+    single = WeightedSum(reward_set, timeout)
     for index, row in enumerate(rows):
         group = row.get("completions")
         completions = group if isinstance(group, list) else [row.get("completion", "")]
         columns = {k: [v] * len(completions) for k, v in row.items() if k not in ("prompt", "completion", "completions")}
         prompts = [row.get("prompt", "")] * len(completions)
-        per = single.components(prompts=prompts, completions=completions, **columns)
+        try:
+            per = single.components(prompts=prompts, completions=completions, **columns)
+        except RewardError as err:  # a preview names the row and the reward: one line, not a traceback
+            raise UsageError(f"row {index + 1}: {err}; fix the reward function.") from None
         totals = weighted_total(per, reward_set.weights)
         result: dict[str, Any] = {"index": index}
         if isinstance(group, list):
@@ -189,6 +212,6 @@ def score_rows(reward_set: RewardSet, rows: list[dict[str, Any]]) -> list[dict[s
 
 
 __all__ = [
-    "REGISTRY", "RewardComponent", "RewardSet", "WeightedSum", "build_reward_functions", "check_columns",
+    "REGISTRY", "RewardComponent", "RewardError", "RewardSet", "WeightedSum", "build_reward_functions", "check_columns",
     "load_reward_config", "parse_reward_config", "reward_preset_names", "score_rows", "weighted_total",
 ]

@@ -3,16 +3,89 @@
 Components are small picklable dataclasses with a stable `__name__` (the metric name `rewards/<name>/mean` in TRL).
 Every component has `scale` and `clip` on top of its own settings: score -> score * scale -> clipped to [lo, hi].
 `None` means "not applicable to this sample" (TRL skips it in its means).
+
+No setting's sign changes what it means: a penalty subtracts whichever sign the file writes (the spec's own
+reward config writes `"penalty_scale": -0.5`), and a knob where a negative value would turn a reward upside down
+(a weight, `scale`, a reward per keyword) refuses it with one line saying so.
+
+A reward that raises, or runs past `reward_timeout`, stops the run as a `RewardError` naming the component.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import queue
+import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from config.errors import UsageError
+
+
+class RewardError(Exception):
+    """A reward function raised, or ran past its time limit. `component` is the reward's name (its metric name),
+    `cause` the original exception (a TimeoutError for a time-out)."""
+
+    def __init__(self, component: str, cause: BaseException):
+        self.component = component
+        self.cause = cause
+        super().__init__(f"reward '{component}' failed: {cause.__class__.__name__}: {cause}")
+
+    def __reduce__(self):  # picklable (the default would call __init__ with the message alone)
+        return type(self), (self.component, self.cause)
+
+
+class TimedCall:
+    """`with_timeout`'s result: calls `fn(**kwargs)`, turning an exception into a RewardError naming `name`, and
+    with `seconds` > 0 stops waiting after that long. Picklable when `fn` is (every component is)."""
+
+    def __init__(self, fn, seconds: float, name: str):
+        self.fn, self.seconds, self.name = fn, float(seconds), name
+
+    @property
+    def __name__(self) -> str:
+        return self.name
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if self.seconds <= 0:
+            return _call(self.fn, self.name, kwargs)
+        # A thread cannot be killed, so a hung reward keeps its thread; but the run stops instead of hanging. A
+        # plain daemon thread (not a ThreadPoolExecutor, whose workers are joined at interpreter exit) lets the
+        # process exit with the hung call still inside.
+        box: queue.Queue = queue.Queue(maxsize=1)
+
+        def work() -> None:
+            try:
+                box.put((True, _call(self.fn, self.name, kwargs)))
+            except BaseException as err:  # handed to the caller's thread as it is
+                box.put((False, err))
+
+        threading.Thread(target=work, name=f"reward-{self.name}", daemon=True).start()
+        try:
+            ok, result = box.get(timeout=self.seconds)
+        except queue.Empty:
+            raise RewardError(self.name, TimeoutError(
+                f"one call took longer than {self.seconds:g} s (reward_timeout): make it faster or raise the "
+                "limit")) from None
+        if not ok:
+            raise result
+        return result
+
+
+def with_timeout(fn, seconds: float, name: str) -> TimedCall:
+    """`fn` as a reward call that raises RewardError(component=name) when it raises or takes longer than `seconds`
+    (0 = no limit). Call the result with keyword arguments, as TRL calls reward functions."""
+    return TimedCall(fn, seconds, name)
+
+
+def _call(fn, name: str, kwargs: dict[str, Any]) -> Any:
+    try:
+        return fn(**kwargs)
+    except (UsageError, RewardError):  # a setting the user must fix, or already named
+        raise
+    except Exception as err:
+        raise RewardError(name, err) from err
 
 
 def completion_text(completion: Any) -> str:
@@ -55,6 +128,19 @@ class RewardComponent:
         raw = self.score(texts, prompts=prompts, **columns)
         return [self._post(x) for x in raw]
 
+    def check(self, source: str) -> None:
+        """Settings that are valid types but mean nothing (or the opposite of what was meant): refused at parse
+        time with one line. Subclasses add their own and call this."""
+        if self.scale < 0:
+            raise UsageError(
+                f"{source}: '{self.name}.scale' is {self.scale:g}: a negative scale turns the reward upside down "
+                f"(higher would be worse). Use a positive scale; to penalise, use a penalty setting or a custom reward "
+                "that returns negative scores."
+            )
+        numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in self.clip)
+        if self.clip and (len(self.clip) != 2 or not numbers or self.clip[0] > self.clip[1]):
+            raise UsageError(f"{source}: '{self.name}.clip' must be [low, high] with low <= high.")
+
     def _post(self, value: float | None) -> float | None:
         if value is None:
             return None
@@ -81,9 +167,9 @@ class RewardComponent:
                 hint = f" Did you mean '{near[0]}'?" if near else f" Valid: {', '.join(valid)}."
                 raise UsageError(f"{source}: unknown setting '{key}' for reward '{cls.name}'.{hint}")
             checked[key] = _check_setting(cls.name, key, value, valid[key], source)
-        if "clip" in checked and checked["clip"] and (len(checked["clip"]) != 2 or checked["clip"][0] > checked["clip"][1]):
-            raise UsageError(f"{source}: '{cls.name}.clip' must be [low, high] with low <= high.")
-        return cls(**checked)
+        component = cls(**checked)
+        component.check(source)
+        return component
 
 
 def _check_setting(component: str, key: str, value: Any, default: Any, source: str) -> Any:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from config.errors import UsageError
-from rewards.base import RewardComponent, check_reward_output, prompt_text
+from rewards.base import RewardComponent, RewardError, check_reward_output, prompt_text
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
@@ -67,9 +67,19 @@ class Accuracy(RewardComponent):
     answer_tag: str = "answer"
     mode: str = "final"
 
-    def score(self, texts, answer=None, **_):
+    def check(self, source: str) -> None:
+        super().check(source)
         if self.mode not in ("final", "exact"):
-            raise UsageError(f"reward 'accuracy': mode must be 'final' or 'exact', not {self.mode!r}.")
+            raise UsageError(f"{source}: 'accuracy.mode' must be 'final' or 'exact', not {self.mode!r}.")
+        if not 0.0 <= self.partial_credit <= 1.0:
+            raise UsageError(
+                f"{source}: 'accuracy.partial_credit' is {self.partial_credit:g}: it is what a near miss earns, from 0 "
+                "(nothing) to 1 (as much as a right answer)."
+            )
+        if self.tolerance < 0:
+            raise UsageError(f"{source}: 'accuracy.tolerance' must be 0 or more, not {self.tolerance:g}.")
+
+    def score(self, texts, answer=None, **_):
         out: list[float | None] = []
         for i, text in enumerate(texts):
             reference = answer[i] if answer is not None else None
@@ -112,10 +122,13 @@ class Format(RewardComponent):
     think_tag: str = "think"
     answer_tag: str = "answer"
 
+    def check(self, source: str) -> None:
+        super().check(source)
+        if self.mode not in ("strict", "soft", "tags"):
+            raise UsageError(f"{source}: 'format.mode' must be 'strict', 'soft' or 'tags', not {self.mode!r}.")
+
     def score(self, texts, **_):
         t, a = re.escape(self.think_tag), re.escape(self.answer_tag)
-        if self.mode not in ("strict", "soft", "tags"):
-            raise UsageError(f"reward 'format': mode must be 'strict', 'soft' or 'tags', not {self.mode!r}.")
         strict = re.compile(rf"^\s*<{t}>\n.*?\n</{t}>\n<{a}>\n.*?\n</{a}>\s*$", re.DOTALL)
         soft = re.compile(rf"<{t}>.*?</{t}>\s*<{a}>.*?</{a}>", re.DOTALL)
         out = []
@@ -133,7 +146,7 @@ class Format(RewardComponent):
 @dataclass
 class Length(RewardComponent):
     """Closeness to a target length: 1 - |words - optimal_length| / optimal_length, floored at 0, times
-    `length_weight` (the spec's setting). With `overlong_buffer` > 0 (DAPO's soft overlong punishment), a completion
+    `length_weight` (the spec's setting, 0 or more: a negative one would reward the wrong length, so it is refused). With `overlong_buffer` > 0 (DAPO's soft overlong punishment), a completion
     within `overlong_buffer` tokens of `max_completion_length` loses up to 1.0 linearly, so truncation is discouraged
     before it happens. The buffer is capped at a quarter of max_completion_length, so a preset written for long
     completions does not punish every completion of a short run.
@@ -147,9 +160,21 @@ class Length(RewardComponent):
     overlong_buffer: int = 0
     max_completion_length: int = 0  # filled from the run config when 0
 
-    def score(self, texts, completion_ids=None, **_):
+    def check(self, source: str) -> None:
+        super().check(source)
         if self.optimal_length <= 0:
-            raise UsageError("reward 'length': optimal_length must be positive.")
+            raise UsageError(f"{source}: 'length.optimal_length' must be a positive number of words, not "
+                             f"{self.optimal_length}.")
+        if self.length_weight < 0:
+            raise UsageError(
+                f"{source}: 'length.length_weight' is {self.length_weight:g}: it multiplies the closeness to "
+                "optimal_length, so a negative one would reward the wrong length. Use 0 or more (0 = off)."
+            )
+        if self.overlong_buffer < 0 or self.max_completion_length < 0:
+            raise UsageError(f"{source}: 'length.overlong_buffer' and 'length.max_completion_length' must be 0 or "
+                             "more (0 = off / the run's own limit).")
+
+    def score(self, texts, completion_ids=None, **_):
         out = []
         for i, text in enumerate(texts):
             words = len(text.split())
@@ -166,8 +191,9 @@ class Length(RewardComponent):
 
 @dataclass
 class Repetition(RewardComponent):
-    """N-gram repetition penalty: -(1 - distinct n-grams / all n-grams) over words, times `penalty`. 0.0 for text
-    with no repeats or fewer than `ngram` words.
+    """N-gram repetition penalty: -(1 - distinct n-grams / all n-grams) over words, times the size of `penalty`
+    (its sign is ignored: `penalty: -1` and `penalty: 1` both penalise repeats). 0.0 for text with no repeats or
+    fewer than `ngram` words.
 
     Example (ngram 2): "a b a b a b" has 5 bigrams, 2 distinct -> -0.6
     """
@@ -176,22 +202,30 @@ class Repetition(RewardComponent):
     ngram: int = 3
     penalty: float = 1.0
 
+    def check(self, source: str) -> None:
+        super().check(source)
+        if self.ngram < 1:
+            raise UsageError(f"{source}: 'repetition.ngram' must be 1 or more, not {self.ngram}.")
+
     def score(self, texts, **_):
         out = []
         for text in texts:
             words = text.lower().split()
             grams = list(zip(*(words[i:] for i in range(self.ngram)), strict=False))
-            out.append(0.0 if not grams else -self.penalty * (1.0 - len(set(grams)) / len(grams)))
+            out.append(0.0 if not grams else -abs(self.penalty) * (1.0 - len(set(grams)) / len(grams)))
         return out
 
 
 @dataclass
 class Quality(RewardComponent):
     """The spec's keyword quality score: +reward_scale for each distinct `quality_keywords` entry present,
-    -penalty_scale for each distinct `negative_keywords` entry present (case-insensitive substring match, so
-    keywords in any language work, e.g. Korean), clipped to [-1, 1] unless `clip` says otherwise.
+    -|penalty_scale| for each distinct `negative_keywords` entry present (case-insensitive substring match, so
+    keywords in any language work, e.g. Korean), clipped to [-1, 1] unless `clip` says otherwise. A negative keyword
+    always lowers the score: the spec's file writes `"penalty_scale": -0.5`, ours 0.5, and both mean "minus 0.5".
+    `reward_scale` must be 0 or more (a negative one would punish the quality keywords).
 
-    Example: quality ["because"], negative ["I don't know"], "It works because..." -> +reward_scale
+    Example: quality ["because"], negative ["I don't know"], "It works because..." -> +reward_scale;
+    "I don't know" -> -|penalty_scale|
     """
 
     name: ClassVar[str] = "quality"
@@ -201,13 +235,22 @@ class Quality(RewardComponent):
     negative_keywords: list = field(default_factory=list)
     clip: list = field(default_factory=lambda: [-1.0, 1.0])
 
+    def check(self, source: str) -> None:
+        super().check(source)
+        if self.reward_scale < 0:
+            raise UsageError(
+                f"{source}: 'quality.reward_scale' is {self.reward_scale:g}: it is what each quality keyword adds, so "
+                "a negative one would punish them. Use 0 or more; words to avoid go in 'negative_keywords'."
+            )
+
     def score(self, texts, **_):
         out = []
         for text in texts:
             lowered = text.lower()
             good = sum(1 for k in set(self.quality_keywords) if str(k).lower() in lowered)
             bad = sum(1 for k in set(self.negative_keywords) if str(k).lower() in lowered)
-            out.append(self.reward_scale * good - self.penalty_scale * bad)
+            # The size of penalty_scale, whichever sign the file writes: a negative keyword is never a bonus.
+            out.append(self.reward_scale * good - abs(self.penalty_scale) * bad)
         return out
 
 
@@ -253,9 +296,12 @@ class Similarity(RewardComponent):
     needs: ClassVar[tuple[str, ...]] = ("chosen",)
     backend: str = "lexical"
 
-    def score(self, texts, chosen=None, rejected=None, **_):
+    def check(self, source: str) -> None:
+        super().check(source)
         if self.backend not in ("lexical", "embedding"):
-            raise UsageError(f"reward 'similarity': backend must be 'lexical' or 'embedding', not {self.backend!r}.")
+            raise UsageError(f"{source}: 'similarity.backend' must be 'lexical' or 'embedding', not {self.backend!r}.")
+
+    def score(self, texts, chosen=None, rejected=None, **_):
         if chosen is None:
             return [None] * len(texts)
         sim = lexical_f1 if self.backend == "lexical" else _embedding_similarity
@@ -318,6 +364,11 @@ class RewardModel(RewardComponent):
 
     def __post_init__(self):
         self._loaded = None
+
+    def check(self, source: str) -> None:
+        super().check(source)
+        if self.batch_size < 1 or self.max_length < 1:
+            raise UsageError(f"{source}: 'reward_model.batch_size' and 'reward_model.max_length' must be 1 or more.")
 
     def __getstate__(self):  # picklable without the weights
         state = dict(self.__dict__)
@@ -405,5 +456,8 @@ class Custom(RewardComponent):
         raise NotImplementedError  # __call__ hands the raw completions to the user's function
 
     def __call__(self, prompts=None, completions=None, **columns):
-        values = self._fn(prompts=prompts, completions=completions, **columns)
+        try:
+            values = self._fn(prompts=prompts, completions=completions, **columns)
+        except Exception as err:  # the user's code: name it, keep the original for the traceback
+            raise RewardError(self.__name__, err) from err
         return [self._post(v) for v in check_reward_output(self.__name__, values, len(completions or []))]

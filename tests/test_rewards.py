@@ -102,8 +102,8 @@ def test_repetition(text, ngram, expected):
     assert Repetition(ngram=ngram)(completions=[text]) == [pytest.approx(expected)]
 
 
-def test_quality_keywords_in_korean_and_english_from_the_spec_config():
-    data, source = load_reward_config(path=CONFIG_FILE)
+def test_quality_keywords_in_korean_and_english_from_the_keywords_preset():
+    data, source = load_reward_config("keywords")
     quality = next(c for c in parse_reward_config(data, source).components if c.__name__ == "quality")
     # one quality keyword (Korean) -> +reward_scale 1.0
     assert quality(completions=["예를 들어 이렇게 합니다"]) == [1.0]
@@ -112,6 +112,33 @@ def test_quality_keywords_in_korean_and_english_from_the_spec_config():
     # two quality, one negative -> 2 - 0.5, clipped to 1
     assert quality(completions=["for example, step one; as an AI"]) == [1.0]
     assert Quality(quality_keywords=["x"], clip=[])(completions=["x"]) == [0.5]
+
+
+def test_the_spec_reward_config_is_the_spec_example_key_for_key():
+    import re
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[2] / "shared" / "spec" / "SPEC.md"
+    if not spec.exists():
+        pytest.skip("the spec is not beside this checkout")
+    block = re.search(r"### 보상 함수 설정 예제.*?```json\n(.*?)```", spec.read_text(encoding="utf-8"), re.DOTALL)
+    ours = json.loads(open(CONFIG_FILE, encoding="utf-8").read())
+    ours.pop("description")
+    assert ours == json.loads(block.group(1))
+    assert ours["quality"]["penalty_scale"] == -0.5  # the sign the spec writes
+
+
+@pytest.mark.parametrize("penalty_scale", [-0.5, 0.5])  # the spec's sign and ours mean the same penalty
+def test_negative_keywords_lower_the_score_whichever_sign_penalty_scale_has(penalty_scale):
+    quality = Quality(penalty_scale=penalty_scale, quality_keywords=["좋아"], negative_keywords=["모르겠", "잘못"],
+                      clip=[])
+    neutral, good, bad, both = quality(completions=["네.", "좋아요", "모르겠어요, 잘못했어요", "좋아요, 모르겠어요"])
+    assert (neutral, good, bad, both) == (0.0, 0.5, -1.0, 0.0)  # each negative keyword: minus |penalty_scale|
+
+
+@pytest.mark.parametrize("penalty", [-1.0, 1.0])
+def test_repetition_penalty_sign_is_ignored(penalty):
+    assert Repetition(ngram=2, penalty=penalty)(completions=["a b a b a b"]) == [pytest.approx(-0.6)]
 
 
 def test_similarity_prefers_chosen_over_rejected():
@@ -151,10 +178,10 @@ def test_every_reward_preset_parses_and_describes_itself(name):
 def test_contract_names_pickling_extra_columns_one_value_each():
     data, source = load_reward_config(path=CONFIG_FILE)
     reward_set = parse_reward_config(data, source)
-    funcs, weights = build_reward_functions(reward_set, "multi")
+    funcs, weights = build_reward_functions(reward_set, "multi", timeout=5.0)
     assert [f.__name__ for f in funcs] == ["accuracy", "length", "quality"]  # stable metric names
-    assert weights == [0.5, 0.2, 0.3]
-    for f in [*funcs, WeightedSum(reward_set)]:
+    assert weights == [0.4, 0.2, 0.4]
+    for f in [*funcs, WeightedSum(reward_set), WeightedSum(reward_set, timeout=5.0)]:
         clone = pickle.loads(pickle.dumps(f))  # TRL / multiprocessing may pickle reward functions
         out = clone(prompts=["p", "p"], completions=[conv("because step"), conv("x")],
                     trainer_state=None, log_metric=None, unrelated_column=[1, 2])  # extra kwargs are ignored
@@ -183,6 +210,16 @@ def test_single_and_multi_give_the_same_weighted_total():
         ({"length_weight": 1, "length": {"optimal_length": "long"}}, "must be a int"),
         ({"accuracy_weight": 0}, "no reward has a non-zero weight"),
         ({"repetition_weight": 1, "repetition": {"clip": [1, -1]}}, "low <= high"),
+        # a sign that would turn a reward upside down is refused, with what the knob means
+        ({"repetition_weight": -0.2}, "'repetition_weight' is -0.2: a negative weight turns the reward upside down"),
+        ({"accuracy_weight": 1, "accuracy": {"scale": -1}}, "'accuracy.scale' is -1: a negative scale"),
+        ({"length_weight": 1, "length": {"length_weight": -1.0}}, "'length.length_weight' is -1: it multiplies"),
+        ({"quality_weight": 1, "quality": {"reward_scale": -1}}, "'quality.reward_scale' is -1"),
+        ({"accuracy_weight": 1, "accuracy": {"partial_credit": -0.5}}, "'accuracy.partial_credit' is -0.5"),
+        # settings that used to fail only when the first completion was scored now fail at parse time
+        ({"format_weight": 1, "format": {"mode": "loose"}}, "'format.mode' must be 'strict', 'soft' or 'tags'"),
+        ({"length_weight": 1, "length": {"optimal_length": 0}}, "'length.optimal_length' must be a positive"),
+        ({"repetition_weight": 1, "repetition": {"ngram": 0}}, "'repetition.ngram' must be 1 or more"),
         ({"custom_weight": 1, "custom": {"function": "no_such_module:f"}}, "cannot import"),
         ({"custom_weight": 1, "custom": {"function": "tests.fixtures.user_rewards:NOT_CALLABLE"}}, "not callable"),
         ({"custom_weight": 1, "custom": {"function": "tests.fixtures.user_rewards"}}, "module.path:function"),
@@ -223,7 +260,7 @@ def test_score_completions_through_the_cli(cli, tmp_path):
         {"prompt": "Why?", "completions": ["I don't know", "I don't know"]},
     ]) + "\n")
     code, out, err = cli("--score-completions", str(samples), "--reward-function", "multi",
-                         "--reward-config", CONFIG_FILE)
+                         "--reward-preset", "keywords")
     assert code == 0, err
     first, second = (json.loads(line) for line in out.splitlines())
     assert set(first["scores"]) == {"accuracy", "length", "quality"}
@@ -273,3 +310,24 @@ def test_reward_model_that_cannot_load_is_a_clear_error(tmp_path):
 
     with pytest.raises(UsageError, match="cannot load"):
         RewardModel(model=str(tmp_path / "nothing"))(completions=["x"])
+
+
+@pytest.mark.parametrize("penalty_scale", [-0.5, 0.5])
+def test_spec_reward_config_through_the_cli_hedging_scores_lower(cli, tmp_path, penalty_scale):
+    """The spec's file writes penalty_scale -0.5: the negative keywords must still lower the score (and with 0.5)."""
+    config = json.loads(open(CONFIG_FILE, encoding="utf-8").read())
+    config["quality"]["penalty_scale"] = penalty_scale
+    config_file = tmp_path / "reward_config.json"
+    config_file.write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in [
+        {"prompt": "2+2는?", "completion": "4입니다."},  # a plain correct answer: no keyword at all
+        {"prompt": "2+2는?", "completion": "모르겠어요. 잘못된 것 같고 틀렸어요."},  # all three negative keywords
+        {"prompt": "2+2는?", "completion": "4, 정확해요. 완벽해요."},  # accuracy and quality keywords
+    ]) + "\n", encoding="utf-8")
+    code, out, err = cli("--score-completions", str(samples), "--reward-config", str(config_file))
+    assert code == 0, err
+    plain, hedging, good = (json.loads(line) for line in out.splitlines())
+    assert hedging["scores"]["quality"] == -1.0  # 3 x -0.5, clipped to [-1, 1]
+    assert hedging["total"] < plain["total"] < good["total"]
+    assert plain["scores"]["quality"] == 0.0 and good["scores"]["quality"] == 1.0
