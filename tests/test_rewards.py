@@ -331,3 +331,137 @@ def test_spec_reward_config_through_the_cli_hedging_scores_lower(cli, tmp_path, 
     assert hedging["scores"]["quality"] == -1.0  # 3 x -0.5, clipped to [-1, 1]
     assert hedging["total"] < plain["total"] < good["total"]
     assert plain["scores"]["quality"] == 0.0 and good["scores"]["quality"] == 1.0
+
+
+# ---- Custom reward modules from the current directory -----------------------------------------------------------
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+    """A user's project directory as the cwd, with sys.path and sys.modules restored afterwards."""
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    (tmp_path / "samples.jsonl").write_text(json.dumps({"prompt": "p", "completion": "a cat"}) + "\n")
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:  # the user's modules, imported from this tmp dir
+        if getattr(sys.modules[name], "__file__", "") and sys.modules[name].__file__.startswith(str(tmp_path)):
+            del sys.modules[name]
+
+
+def test_custom_reward_module_in_the_current_directory_is_found(cli, user_dir):
+    (user_dir / "my_rewards_cwd.py").write_text(
+        "def likes_cats(completions, **kwargs):\n    return [0.75 if 'cat' in c else 0.0 for c in completions]\n")
+    code, out, err = cli("--score-completions", "samples.jsonl", "--reward-preset", "arithmetic",
+                         "--reward", "my_rewards_cwd:likes_cats")
+    assert code == 0, err
+    assert json.loads(out)["scores"]["likes_cats"] == 0.75
+
+
+def test_custom_reward_module_not_found_says_where_it_looked(cli, user_dir):
+    code, _, err = cli("--score-completions", "samples.jsonl", "--reward", "no_such_rewards:f")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"not in the current directory ({user_dir})" in err and "nor on sys.path (" in err
+    assert "Put no_such_rewards.py in the directory you run from, or add its directory to PYTHONPATH" in err
+    code, _, err = cli("--score-completions", "samples.jsonl", "--reward", "no_such_rewards.py:f")
+    assert code == 2 and "give a module name, not a file path: 'no_such_rewards:f'" in err
+    (user_dir / "rewards.py").write_text("def f(completions, **kwargs):\n    return [1.0 for _ in completions]\n")
+    code, _, err = cli("--score-completions", "samples.jsonl", "--reward", "rewards:f")  # our package's name
+    assert code == 2 and "hides" in err and "rename your file" in err
+    (user_dir / "needs_missing.py").write_text("import not_installed_pkg\n")
+    code, _, err = cli("--score-completions", "samples.jsonl", "--reward", "needs_missing:f")
+    assert code == 2 and "it imports 'not_installed_pkg', which is not installed" in err
+
+
+# ---- Reward faults carry their component name; per-call time limit ----------------------------------------------
+
+
+def test_a_reward_that_raises_is_named_in_single_and_multi_mode():
+    from rewards import RewardError
+
+    reward_set = parse_reward_config({"accuracy_weight": 1}, "t", ["tests.fixtures.user_rewards:raises"])
+    for mode in ("single", "multi"):
+        funcs, _ = build_reward_functions(reward_set, mode)
+        with pytest.raises(RewardError) as caught:
+            for f in funcs:
+                f(completions=["a", "b"], answer=["1", "2"])
+        assert caught.value.component == "raises"
+        assert isinstance(caught.value.cause, ZeroDivisionError)
+        assert "reward 'raises' failed: ZeroDivisionError" in str(caught.value)
+    # the Custom component itself names the fault when called directly
+    with pytest.raises(RewardError, match="reward 'raises'"):
+        reward_set.components[1](completions=["a"])
+    # bad return values stay UsageErrors (the user's function must change, not the run)
+    broken = parse_reward_config({"accuracy_weight": 1}, "t", ["tests.fixtures.user_rewards:too_few"])
+    with pytest.raises(UsageError, match="returned 1 values for 2"):
+        build_reward_functions(broken, "single", timeout=5.0)[0][0](completions=["a", "b"])
+
+
+def test_a_reward_error_survives_pickling():
+    from rewards import RewardError
+
+    clone = pickle.loads(pickle.dumps(RewardError("accuracy", ValueError("bad"))))
+    assert clone.component == "accuracy" and isinstance(clone.cause, ValueError) and "bad" in str(clone)
+
+
+def test_a_slow_reward_stops_the_call_after_the_timeout_without_waiting_for_it():
+    import time
+
+    from rewards import RewardError
+
+    reward_set = parse_reward_config({"accuracy_weight": 1}, "t", ["tests.fixtures.user_rewards:sleeps"])
+    for mode in ("single", "multi"):
+        funcs, _ = build_reward_functions(reward_set, mode, timeout=0.3)
+        start = time.perf_counter()
+        with pytest.raises(RewardError) as caught:
+            for f in funcs:
+                f(completions=["a"], sleep_seconds=[30])  # would hang for 30 s
+        assert time.perf_counter() - start < 3  # the hung call is left behind, not waited for
+        assert caught.value.component == "sleeps" and isinstance(caught.value.cause, TimeoutError)
+        assert "0.3 s (reward_timeout)" in str(caught.value)
+    # within the limit (and with no limit) the result comes back as usual
+    (fast,), _ = build_reward_functions(reward_set, "single", timeout=5.0)
+    assert fast(completions=["a"], sleep_seconds=[0.01]) == [1.0]  # accuracy None (no answer) + sleeps 1.0 x 1
+    (unlimited,), _ = build_reward_functions(reward_set, "single")
+    assert unlimited(completions=["a"], sleep_seconds=[0.01]) == [1.0]
+
+
+def test_with_timeout_is_a_picklable_named_call():
+    from rewards.base import with_timeout
+
+    call = with_timeout(Repetition(ngram=2), 5.0, "repetition")
+    assert call.__name__ == "repetition"
+    assert pickle.loads(pickle.dumps(call))(completions=["a b a b a b"]) == [pytest.approx(-0.6)]
+
+
+def test_a_hung_reward_does_not_keep_the_process_alive(tmp_path):
+    """After a time-out the process exits although the reward's thread is still sleeping (a daemon thread)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = (
+        "from rewards.base import RewardError, with_timeout\n"
+        "from tests.fixtures.user_rewards import sleeps\n"
+        "try:\n"
+        "    with_timeout(sleeps, 0.2, 'sleeps')(completions=['a'], sleep_seconds=[60])\n"
+        "except RewardError as err:\n"
+        "    print(err.component, type(err.cause).__name__)\n"
+    )
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=50)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["sleeps", "TimeoutError"]
+    assert time.perf_counter() - start < 30  # not the 60 s the reward sleeps
+
+
+def test_score_completions_names_a_reward_that_raises(cli, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"prompt": "p", "completion": "a"}) + "\n")
+    code, _, err = cli("--score-completions", str(samples), "--reward", "tests.fixtures.user_rewards:raises")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "row 1: reward 'raises' failed: ZeroDivisionError" in err
