@@ -1,0 +1,179 @@
+"""GGUF files for the llama_cpp engine: the base model once (f16, cached), the LoRA adapter at every push.
+
+Base model: llama.cpp's own converter (`convert_hf_to_gguf.py` + its `conversion/` and `gguf-py/`, which ship only in
+the llama-cpp-python sdist; `make llama-cpp` puts them in .venv/share/llama-cpp-convert). It reads the model's
+directory on disk, i.e. the original weights: a run that trains on a 4-bit NF4 base still samples from the f16 export
+of the unquantised weights (the trainer's importance-sampling correction covers the difference). The result is cached
+under the grpo-cli cache, keyed by the model's identity (its config, its weight files' names, sizes, mtimes and
+safetensors headers) and the converter version, so a changed model is exported again.
+
+LoRA: written in-process with `gguf.GGUFWriter` (~40 ms), tensor names and q/k row order as llama.cpp expects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from config.errors import UsageError
+
+log = logging.getLogger("grpo")
+
+# transformers architecture -> (GGUF architecture name, whether llama.cpp's converter permutes q/k rows). Only Llama
+# is tested here (the embedded SmolLM2); others fall back to transformers until a test covers them.
+SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": ("llama", True)}
+
+# PEFT target module -> GGUF tensor name inside block N.
+LORA_TENSOR_NAMES = {
+    "q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
+    "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down",
+}
+_LORA_MODULE = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)$")
+
+CONVERTER_ENV = "GRPO_LLAMA_CONVERTER"  # a directory holding convert_hf_to_gguf.py (overrides the default place)
+
+
+def converter_dir() -> Path:
+    """Where llama.cpp's converter was unpacked (`make llama-cpp`), or a UsageError naming the fix."""
+    candidates = [Path(os.environ[CONVERTER_ENV])] if os.environ.get(CONVERTER_ENV) else []
+    candidates.append(Path(sys.prefix) / "share" / "llama-cpp-convert")
+    for path in candidates:
+        if (path / "convert_hf_to_gguf.py").exists():
+            return path
+    raise UsageError(f"llama.cpp's model converter is missing (looked in {', '.join(map(str, candidates))}): run "
+                     "`make llama-cpp`, or set GRPO_LLAMA_CONVERTER to a llama.cpp checkout.")
+
+
+def model_architecture(model_dir: str | Path) -> str:
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return (config.get("architectures") or ["?"])[0]
+
+
+def model_identity(model_dir: str | Path) -> str:
+    """A short hash naming these exact weights: cheap (no weight bytes read), changes whenever a file is rewritten."""
+    from importlib import metadata
+
+    model_dir = Path(model_dir)
+    digest = hashlib.sha256(f"llama-cpp-python {metadata.version('llama_cpp_python')} f16".encode())
+    digest.update((model_dir / "config.json").read_bytes())
+    for weights in sorted(model_dir.glob("*.safetensors")):
+        stat = weights.stat()
+        digest.update(f"{weights.name} {stat.st_size} {stat.st_mtime_ns}".encode())
+        with open(weights, "rb") as handle:  # the header: every tensor's name, dtype, shape and offset
+            size = int.from_bytes(handle.read(8), "little")
+            digest.update(handle.read(min(size, 1 << 24)))
+    return digest.hexdigest()[:16]
+
+
+def base_gguf(model_dir: str | Path, cache: Path) -> Path:
+    """The f16 GGUF of the model in `model_dir`, exported on first use (embedded SmolLM2: ~15-50 s) and cached."""
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").exists() or not list(model_dir.glob("*.safetensors")):
+        raise UsageError(f"llama_cpp engine: {model_dir} is not a local safetensors model directory; use "
+                         "--set generation_engine=transformers.")
+    arch = model_architecture(model_dir)
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise UsageError(f"llama_cpp engine: architecture {arch} is not supported (only "
+                         f"{', '.join(SUPPORTED_ARCHITECTURES)}); use --set generation_engine=transformers.")
+    target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}.f16.gguf"
+    if target.exists():
+        return target
+    converter = converter_dir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.info("llama_cpp engine: exporting %s to an f16 GGUF once (%s)", model_dir, target)
+    started = time.perf_counter()
+    # A subprocess: the converter imports its own copy of gguf-py, which must not replace the installed gguf.
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".export-", suffix=".gguf")
+    os.close(fd)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outtype", "f16",
+             "--outfile", partial],
+            capture_output=True, text=True)
+        if proc.returncode:
+            last = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
+            raise UsageError(f"llama_cpp engine: exporting {model_dir} to GGUF failed ({last}); use "
+                             "--set generation_engine=transformers.")
+        os.replace(partial, target)  # atomic: an interrupted export never leaves a half file under the final name
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    log.info("llama_cpp engine: GGUF export took %.1f s", time.perf_counter() - started)
+    return target
+
+
+def _permute_rows(rows, n_head: int):
+    """llama.cpp's converter reorders q/k output rows (HF's rotary layout -> GGML's); LoRA B rows must follow."""
+    return rows.reshape(n_head, 2, rows.shape[0] // n_head // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def lora_tensors(model, architecture: str, n_head: int, n_kv_head: int):
+    """(GGUF tensor name -> float32 array, alpha) for the active LoRA adapter of a PEFT model.
+
+    alpha is written so that llama.cpp's scale alpha / rank equals PEFT's scaling (also right for rsLoRA)."""
+    import torch
+
+    _, permute = SUPPORTED_ARCHITECTURES[architecture]
+    tensors, scalings = {}, set()
+    for name, module in model.named_modules():
+        if not hasattr(module, "lora_A") or not len(getattr(module, "lora_A", {})):
+            continue
+        adapter = module.active_adapters[0] if hasattr(module, "active_adapters") else "default"
+        if adapter not in module.lora_A:
+            continue
+        match = _LORA_MODULE.search(name)
+        if match is None or match.group(2) not in LORA_TENSOR_NAMES:
+            raise UsageError(f"llama_cpp engine: LoRA on {name} has no llama.cpp equivalent (supported targets: "
+                             f"{', '.join(LORA_TENSOR_NAMES)}); use --set generation_engine=transformers.")
+        block, proj = match.groups()
+        with torch.no_grad():
+            a = module.lora_A[adapter].weight.detach().float().cpu().numpy()
+            b = module.lora_B[adapter].weight.detach().float().cpu().numpy()
+        if permute and proj in ("q_proj", "k_proj"):
+            b = _permute_rows(b, n_head if proj == "q_proj" else n_kv_head)
+        base = f"blk.{block}.{LORA_TENSOR_NAMES[proj]}.weight"
+        tensors[f"{base}.lora_a"], tensors[f"{base}.lora_b"] = a, b
+        scalings.add((float(module.scaling[adapter]), a.shape[0]))
+    if not tensors:
+        raise UsageError("llama_cpp engine: the model has no LoRA adapter to push; use "
+                         "--set generation_engine=transformers.")
+    products = {round(scale * rank, 6) for scale, rank in scalings}
+    if len(products) != 1 or len({rank for _, rank in scalings}) != 1:
+        raise UsageError("llama_cpp engine: LoRA layers with different ranks or scalings are not supported; use "
+                         "--set generation_engine=transformers.")
+    return tensors, products.pop()
+
+
+def write_lora_gguf(model, path: str | Path, architecture: str, n_head: int, n_kv_head: int) -> Path:
+    """The model's active LoRA adapter as a GGUF LoRA file at `path` (f32; a few MB for r=16 on 135M)."""
+    import gguf
+
+    tensors, alpha = lora_tensors(model, architecture, n_head, n_kv_head)
+    writer = gguf.GGUFWriter(str(path), arch=SUPPORTED_ARCHITECTURES[architecture][0])
+    writer.add_string("general.type", "adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", alpha)
+    for name, array in tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)
+
+
+def remove_stale_exports(cache: Path, keep: Path) -> None:
+    """Exports of earlier versions of the same model directory are dead weight (270 MB each for SmolLM2)."""
+    prefix = keep.name.rsplit("-", 1)[0] + "-"
+    for old in (cache / "gguf").glob(f"{prefix}*.f16.gguf"):
+        if old != keep and old.name.count("-") == keep.name.count("-"):
+            old.unlink(missing_ok=True)
+
