@@ -82,6 +82,10 @@ class GenerationLogger(TrainerCallback):
                      summary["reward_mean"], len(entries), path)
             return summary
         except Exception as err:  # noqa: BLE001 - logging must not kill a long run
+            from faults import stops_the_run
+
+            if stops_the_run(err):  # a broken reward stops the run anyway: "training continues" would contradict it
+                raise
             log.error("Generation logging failed at step %d (%s: %s); training continues.", global_step,
                       err.__class__.__name__, err)
             return None

@@ -56,6 +56,13 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
 
     share_prompts: bool = False
 
+    def _save_checkpoint(self, model, trial):
+        # Atomic checkpoints (checkpoints.py): visible to `latest` and rotation only once every file and the
+        # `.complete` marker are on disk; a full disk sets the partial one aside and raises CheckpointWriteError.
+        from checkpoints import save_checkpoint_atomically
+
+        save_checkpoint_atomically(self, super()._save_checkpoint, model, trial)
+
     def _load_optimizer_and_scheduler(self, checkpoint):
         """Resume at the learning rate the schedule gives for this step.
 
