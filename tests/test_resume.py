@@ -9,7 +9,7 @@ import time
 import pytest
 from conftest import ROOT
 
-from checkpoints import MANIFEST, build_manifest, check_resume
+from checkpoints import COMPLETE, MANIFEST, build_manifest, check_resume, finish_checkpoint
 from config.errors import UsageError
 
 # 16-bit weights: bit-exact resume. With bitsandbytes 4-bit on CPU the first resumed step can sample one token
@@ -29,6 +29,7 @@ def _fake_checkpoint(path, manifest=None, base="/cache/smollm2-135m-instruct"):
     save_file({"base_model.model.x.lora_B.weight": torch.ones(1)}, str(path / "adapter_model.safetensors"))
     if manifest is not None:
         (path / MANIFEST).write_text(json.dumps(manifest))
+    finish_checkpoint(path, 2)  # published: what a finished save leaves
     return path
 
 
@@ -58,16 +59,19 @@ def test_bad_checkpoints_exit_2_and_write_nothing(cli, tmp_path):
     (tmp_path / "not-a-checkpoint").mkdir()
     missing = _fake_checkpoint(tmp_path / "missing-weights")
     (missing / "adapter_model.safetensors").unlink()
-    cases.append((missing, "has no LoRA adapter"))
+    cases.append((missing, "is incomplete: adapter_model.safetensors is missing"))
     truncated = _fake_checkpoint(tmp_path / "truncated")
     data = (truncated / "adapter_model.safetensors").read_bytes()
     (truncated / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
-    cases.append((truncated, "unreadable or truncated"))
+    cases.append((truncated, "is incomplete: adapter_model.safetensors has"))
+    no_marker = _fake_checkpoint(tmp_path / "no-marker")  # no marker and no optimizer: not a checkpoint we trust
+    (no_marker / COMPLETE).unlink()
+    cases.append((no_marker, "optimizer.pt, scheduler.pt missing"))
     for checkpoint, message in cases:
         code, _, err = cli("--quick-test", "--output-dir", str(out), "--resume-from-checkpoint", str(checkpoint))
         assert code == 2 and message in err, (checkpoint, err)
     code, _, err = cli("--quick-test", "--output-dir", str(out), "--resume-from-checkpoint", "latest")
-    assert code == 2 and "no checkpoint-* directory" in err
+    assert code == 2 and "no complete checkpoint-* directory" in err
     assert not out.exists()
 
 
@@ -114,3 +118,4 @@ def test_sigint_then_resume_latest_matches_the_uninterrupted_run(tmp_path):
         for key in ("reward", "learning_rate", "loss", "completions/mean_length"):
             assert h_resumed[step][key] == pytest.approx(h_straight[step][key], abs=1e-6), (step, key)
     assert (out / f"checkpoint-{stopped_at}" / MANIFEST).exists()
+    assert (out / f"checkpoint-{stopped_at}" / COMPLETE).exists()  # the Ctrl-C checkpoint is published whole
