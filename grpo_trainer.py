@@ -3,7 +3,8 @@
     from grpo_trainer import GRPOTrainer, GRPOConfig
     from data_loader import create_grpo_dataloader
 
-    config = GRPOConfig(model_name="smollm2-135m", max_samples=16, max_steps=1, output_dir="./my_grpo_outputs")
+    config = GRPOConfig(model_name="smollm2-135m", max_samples=16, max_steps=1, max_completion_length=32,
+                    output_dir="./my_grpo_outputs")
     data_loader, dataset = create_grpo_dataloader(model_name=config.model_name, dataset_name="arithmetic",
                                                   max_samples=config.max_samples)
     trainer = GRPOTrainer(config)
@@ -158,10 +159,13 @@ class GRPOTrainer:
         self.backend = import_backend(choose_backend(self.config.backend))  # Unsloth before trl / transformers
         import torch
 
+        from engines.trl_hook import resolve_engine  # [engines] before the load: choosing vllm changes how it loads
+
+        self.engine_choice = resolve_engine(self.config, self.backend, torch.cuda.is_available())
         self.model, self.tokenizer = load_model(self.config, self.backend)
-        log.info("Model %s loaded in %.1f s (backend %s, torch %s, %s)", self.config.model_name,
-                 time.perf_counter() - started, self.backend, torch.__version__,
-                 "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads")
+        log.info("Backend: %s (torch %s, %s); model %s loaded in %.1f s", self.backend, torch.__version__,
+                 "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads",
+                 self.config.model_name, time.perf_counter() - started)
         return self.model, self.tokenizer
 
     # ---- training --------------------------------------------------------------------------------------------------
@@ -171,7 +175,7 @@ class GRPOTrainer:
 
         `dataset`: as for `load_data` (default: the config's dataset). `resume_from_checkpoint`: a checkpoint-N
         directory or 'latest'. A run already at the end of its schedule trains nothing and says so."""
-        from checkpoints import build_manifest, check_resume
+        from checkpoints import build_manifest, check_resume, hold_output_lock
 
         config = self.config
         if dataset is not None or self.train_dataset is None:
@@ -188,6 +192,7 @@ class GRPOTrainer:
         if self.model is None:
             self.load_model()
         out.mkdir(parents=True, exist_ok=True)
+        hold_output_lock(out)  # faults: one run per output dir (a second one: UsageError naming the PID)
         self._filter_long_prompts()
         trainer = self._build_trainer(training=True)
         return self._run(trainer)
@@ -249,6 +254,11 @@ class GRPOTrainer:
             # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
             log.info("share_prompts: not used with Unsloth's GPU trainer (it computes log-probs with its own kernels).")
             trainer.share_prompts = False
+        from engines.trl_hook import attach_engine  # [engines] the chosen generation engine, kept across trainers
+        from model_loader import model_path
+
+        self.generation_engine = attach_engine(trainer, config, self.engine_choice, model_path(config.model_name),
+                                               getattr(self, "generation_engine", None))
         trainer.add_callback(LogLinesCallback())
         if training:
             trainer.add_callback(DeterministicSampling())
@@ -275,13 +285,15 @@ class GRPOTrainer:
 
     def _run(self, trainer) -> dict[str, Any]:
         from checkpoints import GracefulStop
+        from faults import fault_guard
 
         stop = GracefulStop()
         trainer.add_callback(stop)
         started = time.perf_counter()
         resume = str(self.resume_from) if self.resume_from is not None else None
         try:
-            train_result = trainer.train(resume_from_checkpoint=resume)
+            with fault_guard(trainer, verbose=self.verbose):  # faults.py: a fault saves the last step, raises RunFailed
+                train_result = trainer.train(resume_from_checkpoint=resume)
         finally:
             stop.restore()
         train_seconds = time.perf_counter() - started
@@ -502,7 +514,7 @@ def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) ->
         except ImportError:
             latest_complete_checkpoint = None
         if latest_complete_checkpoint is not None:
-            latest = latest_complete_checkpoint(output_dir)
+            latest = latest_complete_checkpoint(output_dir, set_aside_incomplete=not eval_only)
         else:
             found = sorted((p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
                            key=lambda p: int(p.name.split("-")[-1]))
@@ -518,6 +530,9 @@ def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) ->
         return path  # an adapter is enough; check_adapter_dir checks it against the model
     if not (path / "trainer_state.json").exists():
         raise UsageError(f"{path} is not a trainer checkpoint (no trainer_state.json): give a checkpoint-N directory.")
+    from checkpoints import check_checkpoint
+
+    check_checkpoint(path)  # faults: a half-written checkpoint is refused (exit 2), never loaded
     return path
 
 

@@ -190,6 +190,7 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     """The story of a run: config -> data -> rewards -> (dry run | reward preview | training) -> summary.
     Everything after parsing is the Python API's GRPOTrainer: one path for the CLI and for Python."""
     from config.loader import build_config, config_to_dict, resolve_model_name
+    from faults import RunFailed
     from grpo_trainer import AlreadyFinished, GRPOTrainer, Interrupted, check_adapter_dir, resolve_checkpoint
 
     config = build_config(preset, config_file, flags, overrides)
@@ -235,6 +236,10 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         return
 
     out.mkdir(parents=True, exist_ok=True)
+    if not eval_only:
+        from checkpoints import hold_output_lock
+
+        hold_output_lock(out)  # faults: one run per output dir, before this run writes to its log
     if is_main_process():
         add_file_logging(out / "grpo_training.log")
     if eval_only:
@@ -254,6 +259,9 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     except Interrupted as stop:
         log.warning("%s", stop)
         raise typer.Exit(stop.exit_code) from None
+    except RunFailed as failed:  # faults.py: the last completed step is saved; one line says what failed
+        log.error("%s", failed)
+        raise typer.Exit(failed.exit_code) from None
     if is_main_process():
         print_summary(summary)
 
@@ -303,8 +311,9 @@ def setup_console_logging() -> None:
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        handler.setLevel(logging.INFO)  # the console gets the story; the log file gets every detail (DEBUG)
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel(logging.DEBUG)
         logger.propagate = False
 
 

@@ -32,7 +32,7 @@ def run(seed: int, tiny: bool, extra: list[str]) -> dict:
         wall = time.perf_counter() - started
         summary = json.loads((Path(tmp) / "metrics_summary.json").read_text())
         n_prompts = len(json.loads((Path(tmp) / "generation_logs" / "generation_log_step_0.json").read_text()))
-    return {"seed": seed, "before": summary["generation_eval_baseline"], "after": summary["generation_eval_final"],
+    return {"seed": seed, "before": summary["generation_eval"]["baseline"], "after": summary["generation_eval"]["final"],
             "train_seconds": summary["train_seconds"], "wall_seconds": round(wall, 1), "eval_prompts": n_prompts,
             "steps": summary["global_step"]}
 

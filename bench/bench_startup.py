@@ -51,7 +51,7 @@ def main() -> None:
         summary = json.loads((Path(tmp) / "metrics_summary.json").read_text())
     print(f"--quick-test:           {elapsed:.1f} s wall, peak RSS {rss:.0f} MiB, "
           f"train {summary['train_seconds']} s, generation logging {summary.get('generation_logging_seconds')} s, "
-          f"greedy eval {summary.get('generation_eval_baseline')} -> {summary.get('generation_eval_final')}")
+          f"greedy eval {(summary.get('generation_eval') or {}).get('baseline')} -> {(summary.get('generation_eval') or {}).get('final')}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def test_run_exits_0_and_prints_a_summary(multi_run):
     out, result, _ = multi_run
     assert result.returncode == 0, result.stderr[-3000:]
     assert "GRPO run finished" in result.stderr
-    assert "eval reward (greedy, logged prompts): before training" in result.stderr
+    assert "held-out eval prompts: before training (step 0)" in result.stderr
 
 
 def test_adapter_trained_and_base_weights_untouched(multi_run):
@@ -78,7 +78,7 @@ def test_expected_files_exist(multi_run):
 def test_pass_at_k_reported_for_verifiable_data(multi_run):
     out, _, _ = multi_run
     summary = json.loads((out / "metrics_summary.json").read_text())
-    assert 0.0 <= summary["generation_eval_pass@1"] <= summary["generation_eval_pass@2"] <= 1.0
+    assert 0.0 <= summary["generation_eval"]["pass@1"] <= summary["generation_eval"]["pass@2"] <= 1.0
 
 
 def test_best_checkpoint_is_tracked_by_eval_reward(multi_run):
