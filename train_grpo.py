@@ -199,7 +199,7 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     if score_completions is not None:
         from grpo_trainer import _reward_set
 
-        preview_rewards(_reward_set(config, "", []), score_completions)
+        preview_rewards(_reward_set(config, "", []), score_completions, config.reward_timeout)
         return
 
     out = check_output_dir(config.output_dir)
@@ -266,7 +266,7 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         print_summary(summary)
 
 
-def preview_rewards(reward_set, path: Path) -> None:
+def preview_rewards(reward_set, path: Path, timeout: float = 0.0) -> None:
     from data_loader import iter_jsonl
     from rewards import score_rows
 
@@ -275,7 +275,7 @@ def preview_rewards(reward_set, path: Path) -> None:
         if not ("completion" in row or isinstance(row.get("completions"), list)):
             raise UsageError(f"{path}:{lineno}: each row needs 'completion' (a string) or 'completions' (a list).")
         rows.append(row)
-    for result in score_rows(reward_set, rows):
+    for result in score_rows(reward_set, rows, timeout=timeout):
         print(json.dumps(result, ensure_ascii=False))
 
 
