@@ -1,77 +1,421 @@
-"""PNG curves of a run from its trainer_state.json: reward (total and per component), KL, completion length,
-learning rate, and the greedy eval reward from the generation logs. `python plots.py OUTPUT_DIR` redraws them."""
+"""PNG curves of a run, each answering one question, from the files the run leaves in its output directory.
+
+    python plots.py OUTPUT_DIR        # redraw OUTPUT_DIR/plots/*.png and rewrite OUTPUT_DIR/report.html
+
+| file                    | question                                               | read from                                 |
+|-------------------------|--------------------------------------------------------|-------------------------------------------|
+| reward.png              | Is the training reward going up? Which component moves? | `reward` ± `reward_std`, `rewards/*/mean` |
+| eval_reward.png         | Does it hold on prompts it does not train on?           | `eval_reward`, generation_logs/*.json     |
+| completion_length.png   | Are completions getting longer, or hitting the limit?   | `completions/*_length`, `clipped_ratio`   |
+| kl.png                  | How far has the policy moved from the reference?        | `kl` (only when beta > 0)                 |
+| learning_rate.png       | What learning rate did each step use?                    | `learning_rate`                           |
+
+The numbers are TRL's: trainer_state.json's `log_history` holds one entry per logged step (train metrics), one per
+evaluation (`eval_*`) and a final one (`train_runtime`, ...). The greedy eval reward comes from the generation logs:
+the same prompts decoded greedily before training (step 0) and at every evaluation.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
-PANELS = {
-    "reward.png": ("Reward (sampled, train)", lambda k: k == "reward" or (k.startswith("rewards/") and k.endswith("/mean"))),
-    "kl.png": ("KL to the reference model", lambda k: k == "kl"),
-    "completion_length.png": ("Completion length (tokens)", lambda k: k == "completions/mean_length"),
-    "learning_rate.png": ("Learning rate", lambda k: k == "learning_rate"),
-    "eval_reward.png": ("Eval reward", lambda k: k == "eval_reward" or (k.startswith("eval_rewards/") and k.endswith("/mean"))),
-}
+from config.errors import UsageError
+
+PLOTS_DIR = "plots"
+STATE_FILE = "trainer_state.json"
+# Matplotlib's default cycle minus the colour kept for totals, so a component never looks like the total.
+TOTAL_COLOR = "#222222"
+COMPONENT_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+GREEDY_COLOR = "#d62728"
+
+Series = tuple[list[int], list[float]]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading a run
+# ---------------------------------------------------------------------------------------------------------------------
+
+def read_json(path: Path) -> Any:
+    """A JSON file of the run, or a UsageError naming the file (a run killed mid-write leaves a truncated one)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path} is not valid JSON ({err.msg}, line {err.lineno}): the run may have been killed "
+                         "while writing it; delete it or rerun.") from None
+
+
+def run_config(output_dir: Path) -> dict[str, Any]:
+    """The effective config the run wrote (run_config.json), else the one in the newest checkpoint manifest."""
+    path = output_dir / "run_config.json"
+    if not path.exists():
+        manifests = sorted(output_dir.glob("checkpoint-*/run_manifest.json"), key=lambda p: _step_of(p.parent.name))
+        if not manifests:
+            return {}
+        path = manifests[-1]
+    data = read_json(path)
+    config = data.get("config", data) if isinstance(data, dict) else {}
+    return config if isinstance(config, dict) else {}
+
+
+def log_history(output_dir: Path) -> list[dict[str, Any]]:
+    """TRL's log_history (empty when the directory has no trainer_state.json, e.g. an --eval-only result)."""
+    path = output_dir / STATE_FILE
+    if not path.exists():
+        checkpoints = sorted(output_dir.glob("checkpoint-*/" + STATE_FILE), key=lambda p: _step_of(p.parent.name))
+        if not checkpoints:  # an interrupted run has only its checkpoints' states
+            return []
+        path = checkpoints[-1]
+    data = read_json(path)
+    return data.get("log_history", []) if isinstance(data, dict) else []
+
+
+def generation_log_dir(output_dir: Path) -> Path | None:
+    """Where the run wrote generation_log_step_*.json: the configured directory, generation_logs/, or the output
+    directory itself (an --eval-only result)."""
+    candidates = []
+    for source in (output_dir / "metrics_summary.json", output_dir / "run_config.json"):
+        if source.exists():
+            try:
+                data = json.loads(source.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, OSError):
+                continue
+            data = data.get("config", data) if isinstance(data, dict) else {}
+            if isinstance(data, dict) and data.get("generation_log_dir"):
+                candidates.append(Path(data["generation_log_dir"]))
+    candidates += [output_dir / "generation_logs", output_dir]
+    for candidate in candidates:
+        if candidate.is_dir() and any(candidate.glob("generation_log_step_*.json")):
+            return candidate
+    return None
+
+
+def generation_logs(log_dir: Path | None) -> list[tuple[int, list[dict[str, Any]]]]:
+    """[(global step, entries)] sorted by step; files that are empty or unreadable are skipped."""
+    if log_dir is None:
+        return []
+    logs = []
+    for path in log_dir.glob("generation_log_step_*.json"):
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, OSError):
+            continue  # a log being written right now, or cut by a crash: the others still tell the story
+        if isinstance(entries, list) and entries:
+            logs.append((_step_of(path.stem), entries))
+    return sorted(logs, key=lambda item: item[0])
+
+
+def _step_of(name: str) -> int:
+    tail = name.rsplit("_", 1)[-1].rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def series(history: list[dict[str, Any]], key: str) -> Series:
+    """(steps, values) of one metric; entries without it, or with None / NaN (TRL logs None when no sample of a
+    step could be scored), are left out."""
+    steps, values = [], []
+    for entry in history:
+        value = _number(entry.get(key))
+        if value is not None and "step" in entry:
+            steps.append(int(entry["step"]))
+            values.append(value)
+    return steps, values
+
+
+def reward_components(history: list[dict[str, Any]], prefix: str = "") -> list[str]:
+    """Component names in the order TRL logged them (`rewards/<name>/mean`, `eval_rewards/<name>/mean`)."""
+    names: list[str] = []
+    start = f"{prefix}rewards/"
+    for entry in history:
+        for key in entry:
+            if key.startswith(start) and key.endswith("/mean"):
+                name = key[len(start):-len("/mean")]
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+def _same(a: Series, b: Series) -> bool:
+    return a[0] == b[0] and all(math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(a[1], b[1], strict=True))
+
+
+def greedy_rewards(logs: list[tuple[int, list[dict[str, Any]]]]) -> tuple[Series, dict[str, Series]]:
+    """Mean greedy reward per generation log, total and per component."""
+    total: Series = ([], [])
+    components: dict[str, Series] = {}
+    for step, entries in logs:
+        totals = [v for v in (_number(e.get("reward_total")) for e in entries) if v is not None]
+        if not totals:
+            continue
+        total[0].append(step)
+        total[1].append(sum(totals) / len(totals))
+        names = [n for n in (entries[0].get("rewards") or {})]
+        for name in names:
+            values = [v for v in (_number((e.get("rewards") or {}).get(name)) for e in entries) if v is not None]
+            if values:
+                xs, ys = components.setdefault(name, ([], []))
+                xs.append(step)
+                ys.append(sum(values) / len(values))
+    return total, components
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Drawing
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display, no GUI toolkit
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _figure(title: str, subtitle: str):
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=110)
+    fig.suptitle(title, x=0.01, ha="left", fontsize=13, fontweight="bold")
+    import textwrap
+
+    # Long subtitles wrap instead of running off the figure (matplotlib does not wrap titles itself).
+    ax.set_title(textwrap.fill(subtitle, 100), loc="left", fontsize=9, color="#555555")
+    ax.grid(alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig, ax
+
+
+def _step_axis(ax, steps: list[int]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # optimizer steps are whole numbers
+    ax.set_xlabel("optimizer step")
+    if steps:
+        low, high = min(steps), max(steps)
+        pad = max(0.5, (high - low) * 0.03)
+        ax.set_xlim(low - pad, high + pad)
+
+
+def _marker(n: int) -> dict[str, Any]:
+    # Points carry information on a short run; on a long one they only hide the line.
+    return {"marker": "o", "markersize": 4} if n <= 40 else {}
+
+
+def _smoothed(values: list[float]) -> list[float] | None:
+    """Trailing moving average for long runs, where the per-step GRPO reward is too noisy to read."""
+    if len(values) < 30:
+        return None
+    window = max(5, len(values) // 20)
+    out, running = [], 0.0
+    for i, value in enumerate(values):
+        running += value
+        if i >= window:
+            running -= values[i - window]
+        out.append(running / min(i + 1, window))
+    return out
+
+
+def _line(ax, xs, ys, label, color, width=2.0, **kwargs):
+    smooth = _smoothed(ys)
+    if smooth is None:
+        ax.plot(xs, ys, label=label, color=color, linewidth=width, **_marker(len(xs)), **kwargs)
+    else:
+        ax.plot(xs, ys, color=color, linewidth=0.8, alpha=0.35, **kwargs)
+        ax.plot(xs, smooth, label=f"{label} (moving average)", color=color, linewidth=width, **kwargs)
+
+
+def _save(fig, path: Path, legend_axes=()) -> Path:
+    for ax in legend_axes:
+        handles, labels = ax.get_legend_handles_labels()
+        if len(labels) > 1:
+            ax.legend(fontsize=8, loc="best", framealpha=0.85)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    _pyplot().close(fig)
+    return path
+
+
+def plot_reward(history, path: Path) -> Path | None:
+    total = series(history, "reward")
+    std = series(history, "reward_std")
+    components = {name: series(history, f"rewards/{name}/mean") for name in reward_components(history)}
+    components = {n: s for n, s in components.items() if s[0]}
+    if len(components) == 1 and total[0] and _same(next(iter(components.values())), total):
+        components = {}  # 'single' mode logs the total twice (`reward` and `rewards/<name>/mean`): draw it once
+    if not total[0] and not components:
+        return None
+    multi = bool(components)
+    fig, ax = _figure("Training reward",
+                      "mean over each step's sampled completions; band = ± std across them"
+                      + ("; components unweighted, total = weighted sum" if multi else ""))
+    if total[0]:
+        std_by_step = dict(zip(*std, strict=True))
+        if std_by_step and not _smoothed(total[1]):
+            low = [v - std_by_step.get(s, 0.0) for s, v in zip(*total, strict=True)]
+            high = [v + std_by_step.get(s, 0.0) for s, v in zip(*total, strict=True)]
+            ax.fill_between(total[0], low, high, color=TOTAL_COLOR, alpha=0.12, linewidth=0, label="± std")
+        _line(ax, *total, "total reward" if multi else "reward", TOTAL_COLOR, width=2.4)
+    for (name, (xs, ys)), color in zip(components.items(), COMPONENT_COLORS * 4, strict=False):
+        _line(ax, xs, ys, name, color, width=1.5, linestyle="--")
+    ax.set_ylabel("reward (mean per completion)")
+    _step_axis(ax, total[0] or next(iter(components.values()))[0])
+    return _save(fig, path, [ax])
+
+
+def plot_eval_reward(history, logs, path: Path) -> Path | None:
+    sampled = series(history, "eval_reward")
+    sampled_std = series(history, "eval_reward_std")
+    greedy, greedy_components = greedy_rewards(logs)
+    if not sampled[0] and not greedy[0]:
+        return None
+    fig, ax = _figure("Eval reward",
+                      "greedy: the logged eval prompts, one decode each (step 0 = before training); "
+                      "sampled: TRL's evaluation, ± std")
+    if sampled[0]:
+        std_by_step = dict(zip(*sampled_std, strict=True))
+        if std_by_step:
+            low = [v - std_by_step.get(s, 0.0) for s, v in zip(*sampled, strict=True)]
+            high = [v + std_by_step.get(s, 0.0) for s, v in zip(*sampled, strict=True)]
+            ax.fill_between(sampled[0], low, high, color=COMPONENT_COLORS[0], alpha=0.12, linewidth=0)
+        _line(ax, *sampled, "sampled (eval split)", COMPONENT_COLORS[0], width=2.0)
+    if greedy[0]:
+        _line(ax, *greedy, "greedy (generation logs)", GREEDY_COLOR, width=2.4)
+        if len(greedy_components) > 1:
+            for (name, (xs, ys)), color in zip(greedy_components.items(), COMPONENT_COLORS[1:] * 4, strict=False):
+                _line(ax, xs, ys, f"greedy {name}", color, width=1.2, linestyle=":")
+    ax.set_ylabel("reward (mean per prompt)")
+    _step_axis(ax, sorted(set(sampled[0]) | set(greedy[0])))
+    return _save(fig, path, [ax])
+
+
+def plot_completion_length(history, path: Path, max_length: int | None) -> Path | None:
+    mean = series(history, "completions/mean_length")
+    if not mean[0]:
+        return None
+    low, high = series(history, "completions/min_length"), series(history, "completions/max_length")
+    clipped = series(history, "completions/clipped_ratio")
+    fig, ax = _figure("Completion length",
+                      "mean tokens per sampled completion (band: shortest–longest); "
+                      "clipped = cut at the length limit before ending")
+    if low[0] == mean[0] and high[0] == mean[0] and not _smoothed(mean[1]):
+        ax.fill_between(mean[0], low[1], high[1], color=COMPONENT_COLORS[0], alpha=0.12, linewidth=0,
+                        label="min–max")
+    _line(ax, *mean, "mean length", COMPONENT_COLORS[0])
+    if max_length:
+        ax.axhline(max_length, color="#777777", linestyle="--", linewidth=1, label=f"limit ({max_length} tokens)")
+    ax.set_ylabel("completion length (tokens)")
+    ax.set_ylim(bottom=0)
+    axes = [ax]
+    if clipped[0]:
+        right = ax.twinx()
+        right.spines[["top"]].set_visible(False)
+        _line(right, clipped[0], [100 * v for v in clipped[1]], "clipped (right axis)", COMPONENT_COLORS[1],
+              width=1.5, linestyle="--")
+        right.set_ylabel("clipped completions (%)")
+        right.set_ylim(-2, 102)
+        # One legend for both axes.
+        handles, labels = ax.get_legend_handles_labels()
+        more_handles, more_labels = right.get_legend_handles_labels()
+        ax.legend(handles + more_handles, labels + more_labels, fontsize=8, loc="best", framealpha=0.85)
+        axes = []
+    _step_axis(ax, mean[0])
+    return _save(fig, path, axes)
+
+
+def plot_kl(history, path: Path) -> Path | None:
+    kl = series(history, "kl")
+    if not kl[0] or not any(kl[1]):
+        return None  # beta = 0: TRL does not compute the KL (or logs zeros); an empty plot would only puzzle
+    fig, ax = _figure("KL divergence to the reference model",
+                      "mean per completion token over the step's samples; what beta penalises")
+    _line(ax, *kl, "KL", COMPONENT_COLORS[4])
+    ax.set_ylabel("KL (nats per token)")
+    _step_axis(ax, kl[0])
+    return _save(fig, path, [ax])
+
+
+def plot_learning_rate(history, path: Path) -> Path | None:
+    lr = series(history, "learning_rate")
+    if not lr[0]:
+        return None
+    fig, ax = _figure("Learning rate", "as the scheduler set it for each optimizer step")
+    ax.plot(*lr, color=COMPONENT_COLORS[2], linewidth=2, **_marker(len(lr[0])))
+    ax.set_ylabel("learning rate")
+    from matplotlib.ticker import FuncFormatter
+
+    # Each tick says its value (2.00e-04), instead of a shared "1e-4" offset label in the corner.
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.2e}" if value else "0"))
+    ax.set_ylim(bottom=0)
+    _step_axis(ax, lr[0])
+    return _save(fig, path, [])
 
 
 def make_plots(output_dir: str | Path) -> list[Path]:
-    """Write one PNG per panel that has data; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
-    out = Path(output_dir)
-    state_file = out / "trainer_state.json"
-    if not state_file.exists():
-        raise FileNotFoundError(f"{state_file} not found: is {out} a run's output directory?")
-    history = json.loads(state_file.read_text())["log_history"]
+    """Draw every plot the run has data for into OUTPUT_DIR/plots/; returns the files written (stale ones from an
+    earlier draw that no longer have data are removed, so the directory shows what this run has)."""
+    out = Path(output_dir).expanduser()
+    if not out.is_dir():
+        raise UsageError(f"{out} is not a directory: give a run's --output-dir.")
+    history = log_history(out)
+    logs = generation_logs(generation_log_dir(out))
+    if not history and not logs:
+        raise UsageError(f"{out} has no {STATE_FILE}, checkpoint or generation log: give a run's --output-dir "
+                         "(plots are drawn when a run ends).")
+    max_length = _number(run_config(out).get("max_completion_length"))
+    plots_dir = out / PLOTS_DIR
+    drawers = {
+        "reward.png": lambda p: plot_reward(history, p),
+        "eval_reward.png": lambda p: plot_eval_reward(history, logs, p),
+        "completion_length.png": lambda p: plot_completion_length(history, p, int(max_length) if max_length else None),
+        "kl.png": lambda p: plot_kl(history, p),
+        "learning_rate.png": lambda p: plot_learning_rate(history, p),
+    }
     written = []
-    for filename, (title, wanted) in PANELS.items():
-        series: dict[str, tuple[list, list]] = {}
-        for entry in history:
-            for key, value in entry.items():
-                if wanted(key) and isinstance(value, (int, float)) and "step" in entry:
-                    xs, ys = series.setdefault(key, ([], []))
-                    xs.append(entry["step"])
-                    ys.append(value)
-        if filename == "eval_reward.png":
-            greedy = _generation_log_means(out / "generation_logs")
-            if greedy:
-                series["greedy eval reward (generation logs)"] = greedy
-        if not series:
-            continue
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for key, (xs, ys) in series.items():
-            ax.plot(xs, ys, marker="o", markersize=3, label=key)
-        ax.set_title(title)
-        ax.set_xlabel("optimizer step")
-        ax.grid(alpha=0.3)
-        if len(series) > 1:
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out / "plots" / filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+    for name, draw in drawers.items():
+        path = draw(plots_dir / name)
+        if path is not None:
+            written.append(path)
+        elif (plots_dir / name).exists():
+            (plots_dir / name).unlink()
     return written
 
 
-def _generation_log_means(log_dir: Path) -> tuple[list, list] | None:
-    files = sorted(log_dir.glob("generation_log_step_*.json"), key=lambda p: int(p.stem.rsplit("_", 1)[-1]))
-    points = []
-    for file in files:
-        entries = json.loads(file.read_text())
-        if entries:
-            points.append((entries[0]["global_step"], sum(e["reward_total"] for e in entries) / len(entries)))
-    return ([p[0] for p in points], [p[1] for p in points]) if points else None
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python plots.py",
+        description="Redraw a GRPO run's plots (OUTPUT_DIR/plots/*.png) from its trainer_state.json and generation "
+                    "logs, and rewrite OUTPUT_DIR/report.html (curves + baseline vs final completions).",
+        epilog="Example: python plots.py outputs/quick_test")
+    parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="a run's --output-dir (or an --eval-only result)")
+    parser.add_argument("--no-report", action="store_true", help="only the PNGs, no report.html")
+    args = parser.parse_args(argv)
+    try:
+        written = make_plots(args.output_dir)
+        if not args.no_report:
+            from report import write_report
+
+            written.append(write_report(args.output_dir, plots=written))
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # unreadable or unwritable files: name the file, no traceback
+        print(f"error: {err.filename or args.output_dir}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python plots.py OUTPUT_DIR")
-    for written_path in make_plots(sys.argv[1]):
-        print(written_path)
+    sys.exit(main())
