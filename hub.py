@@ -33,9 +33,17 @@ def hub_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
+def _offline_variable() -> str | None:
+    """The variable that tells huggingface_hub / transformers not to use the network, if one is set."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in _TRUTHY:
+            return name
+    return None
+
+
 def hub_offline() -> bool:
     """True when the user told huggingface_hub not to use the network (it then never tries, so neither do we)."""
-    return any(os.environ.get(name, "").strip().lower() in _TRUTHY for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return _offline_variable() is not None
 
 
 def _target(endpoint: str) -> tuple[str, int, str]:
@@ -87,9 +95,10 @@ def hub_reachable(timeout: float = 2.0) -> bool:
 
 def require_hub(what: str, timeout: float = 2.0) -> None:
     """Raise a one-line UsageError when `what` (e.g. "model 'Qwen/Qwen2.5-7B'") would need the unreachable hub."""
-    if hub_offline():
+    variable = _offline_variable()
+    if variable:
         raise UsageError(
-            f"HF_HUB_OFFLINE is set, so {what} cannot be downloaded from the Hugging Face hub: unset it, or use a "
+            f"{variable} is set, so {what} cannot be downloaded from the Hugging Face hub: unset it, or use a "
             "local directory / --dataset-path, or the embedded 'smollm2-135m'.")
     if hub_reachable(timeout):
         return
