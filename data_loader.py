@@ -478,6 +478,25 @@ def _hub_error(spec_name: str, hub_id: str, err: Exception) -> UsageError:
     )
 
 
+def load_from_hub(name: str, spec: DatasetSpec, **kwargs):
+    """`datasets.load_dataset` for a preset's hub id, failing in ~2 s when the hub is out of reach: offline, the
+    library would retry for half a minute before failing. Unreachable: the local cache only, then one line."""
+    import datasets
+
+    from hub import hub_reachable, require_hub, use_local_cache_only
+
+    online = hub_reachable()
+    if not online:
+        use_local_cache_only()
+    try:
+        return datasets.load_dataset(spec.hub_id, spec.hub_config, **kwargs)
+    except Exception as err:  # offline, gated, missing: all end in the same advice
+        if not online:
+            require_hub(f"dataset '{spec.hub_id}' (it is not in the local cache; or use --dataset-path with "
+                        f"--dataset {name})")
+        raise _hub_error(name, spec.hub_id, err) from None
+
+
 def _load_local(path: Path, spec: DatasetSpec):
     """A hub-layout directory or data files -> DatasetDict."""
     import datasets
@@ -623,10 +642,7 @@ def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samp
             if eval_split not in raw:
                 eval_split = None
         else:
-            try:
-                raw = datasets.load_dataset(spec.hub_id, spec.hub_config)
-            except Exception as err:  # offline, gated, missing: all end in the same advice
-                raise _hub_error(dataset, spec.hub_id, err) from None
+            raw = load_from_hub(dataset, spec)
             report = DatasetReport(source=spec.hub_id, format=spec.kind)
 
     if eval_split is None and eval_fraction > 0 and len(raw[train_split]) >= 10:
@@ -684,7 +700,7 @@ def _stream_preset(name: str, dataset_path: str, spec: DatasetSpec, max_samples:
                 source = datasets.load_dataset(builder, data_files={"train": str(path)}, streaming=True)
             where = f"{name} from {dataset_path}"
         else:
-            source = datasets.load_dataset(spec.hub_id, spec.hub_config, streaming=True)
+            source = load_from_hub(name, spec, streaming=True)
             where = spec.hub_id
     except UsageError:
         raise

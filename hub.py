@@ -111,6 +111,23 @@ def require_hub(what: str, timeout: float = 2.0) -> None:
         "embedded 'smollm2-135m'.")
 
 
+def use_local_cache_only() -> None:
+    """The hub is out of reach: make huggingface_hub, transformers and datasets read their local caches instead of
+    retrying the network (the same switch as HF_HUB_OFFLINE=1, set on the already-imported modules too; the
+    environment variable itself is left alone so `require_hub` can still tell the user's setting from ours)."""
+    import sys
+
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is None:
+        import huggingface_hub.constants as constants
+    constants.HF_HUB_OFFLINE = True
+    datasets_config = sys.modules.get("datasets.config")
+    if datasets_config is not None:
+        datasets_config.HF_HUB_OFFLINE = True
+        if hasattr(datasets_config, "HF_DATASETS_OFFLINE"):
+            datasets_config.HF_DATASETS_OFFLINE = True
+
+
 def clear_cache() -> None:
     """Forget earlier answers (tests; a long-lived process whose network changed)."""
     _cache.clear()

@@ -165,6 +165,13 @@ def load_model(config, backend: str):
     import torch
 
     path = model_path(config.model_name)
+    online = True
+    if not Path(path).is_dir():  # a hub id: fail in ~2 s when the hub is out of reach, or use the local cache
+        from hub import hub_reachable, use_local_cache_only
+
+        online = hub_reachable()
+        if not online:
+            use_local_cache_only()
     gc = gradient_checkpointing(config)
     cuda = torch.cuda.is_available()
     try:
@@ -180,6 +187,10 @@ def load_model(config, backend: str):
         else:
             model, tokenizer = _load_with_peft(path, config, gc, cuda)
     except OSError as err:
+        if not online:
+            from hub import require_hub
+
+            require_hub(f"model '{config.model_name}' (it is not in the local cache)")
         first = str(err).splitlines()[0][:200]
         raise UsageError(
             f"Could not load model '{config.model_name}' ({first}). Offline? Use a local directory or the embedded "

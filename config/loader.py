@@ -518,6 +518,21 @@ def check_batch_arithmetic(config: GRPORunConfig, world_size: int = 1) -> None:
     generation_batch = config.trl_args.get("generation_batch_size") or (
         config.per_device_train_batch_size * world_size * steps_per_generation
     )
+    explicit = "steps_per_generation" in config.trl_args or "generation_batch_size" in config.trl_args
+    if generation_batch % g and not explicit and config.per_device_train_batch_size < g:
+        # The spec's advice for memory is `--batch-size 1`: a micro-batch smaller than a group. Keep the micro-batch
+        # (the memory) and accumulate enough of them that each optimizer step samples whole groups.
+        per_step = config.per_device_train_batch_size * world_size
+        accumulate = config.gradient_accumulation_steps
+        while (per_step * accumulate) % g:
+            accumulate += config.gradient_accumulation_steps
+        log.warning("per_device_train_batch_size %d x %d process(es) x gradient_accumulation_steps %d does not hold "
+                    "whole groups of %d completions: using gradient_accumulation_steps %d (same memory per "
+                    "micro-batch, whole groups per optimizer step).", config.per_device_train_batch_size, world_size,
+                    config.gradient_accumulation_steps, g, accumulate)
+        config.gradient_accumulation_steps = accumulate
+        steps_per_generation = accumulate
+        generation_batch = per_step * accumulate
     if generation_batch % g:
         raise UsageError(
             f"Generation batch {generation_batch} (per_device_train_batch_size {config.per_device_train_batch_size} x "
