@@ -235,6 +235,25 @@ def test_a_fault_is_one_line_naming_the_reward_and_the_users_line_and_the_traceb
     assert "Traceback" not in capsys.readouterr().err  # only with --verbose
 
 
+def test_a_reward_timeout_ends_the_run_as_a_fault(tmp_path, monkeypatch):
+    import tests.fixtures.flaky_rewards as module
+    from rewards.base import with_timeout
+
+    monkeypatch.setattr(module, "_calls", 0)
+    monkeypatch.setenv("SLOW_AT", "1")
+    monkeypatch.setenv("SLOW_SECONDS", "3")
+    trainer = _fake_trainer(tmp_path)
+    started = time.perf_counter()
+    try:
+        with_timeout(module.slow, 0.2, "slow")(completions=["a"])  # reward_timeout=0.2
+    except Exception as err:  # noqa: BLE001 - the fault under test
+        waited = time.perf_counter() - started
+        failed = handle_fault(trainer, FaultWatch(), err)
+    assert waited < 2  # the hung call is left behind (a daemon thread): the run goes on to end
+    assert failed.exit_code == 3
+    assert "(reward 'slow'): TimeoutError: one call took longer than 0.2 s (reward_timeout)" in str(failed)
+
+
 def test_a_fault_inside_the_optimizer_step_saves_nothing_and_points_at_the_last_checkpoint(tmp_path):
     import torch
 
