@@ -15,6 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from config.errors import UsageError
 from rewards import RewardSet, WeightedSum, weighted_total
 
 log = logging.getLogger("grpo")
@@ -244,3 +245,44 @@ class LogLinesCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             log.info("Saved checkpoint %s/checkpoint-%d", args.output_dir, state.global_step)
+
+
+# Steps in a row, from the start of training, in which every group's completions scored the same before the run
+# is stopped: GRPO's advantages are rewards minus their group mean, so such a step trains on nothing.
+NO_SIGNAL_STEPS = 3
+
+
+class NoLearningSignal(UsageError):
+    """Every group had identical rewards for the first NO_SIGNAL_STEPS steps (or every reward was None)."""
+
+
+class LearningSignalCheck(TrainerCallback):
+    """Stops a run that cannot learn instead of reporting it as a normal run. TRL logs `frac_reward_zero_std` (the
+    share of groups whose completions all scored the same) and NaN reward means when every value was None."""
+
+    def __init__(self, patience: int = NO_SIGNAL_STEPS):
+        self.patience = patience
+        self.flat_steps = 0
+        self.first_step: int | None = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "frac_reward_zero_std" not in logs or any(k.startswith("eval_") for k in logs):
+            return
+        if self.first_step is None:
+            self.first_step = state.global_step
+        reward = logs.get("reward")
+        if isinstance(reward, float) and reward != reward:  # NaN: no completion got a score
+            raise NoLearningSignal(
+                f"step {state.global_step}: every reward was None (no reward could score any completion): check "
+                "that the rewards fit the data (--score-completions previews them).")
+        if self.flat_steps < 0:
+            return  # the run has shown signal once: later flat steps are a metric, not a fault
+        if logs["frac_reward_zero_std"] >= 1.0:
+            self.flat_steps += 1
+            if self.flat_steps >= self.patience:
+                raise NoLearningSignal(
+                    f"steps {self.first_step}-{state.global_step}: every group's completions got identical rewards, "
+                    "so GRPO has nothing to learn from (all advantages are 0). Preview the rewards with "
+                    "--score-completions, raise temperature, or use a reward with partial credit.")
+        else:
+            self.flat_steps = -1

@@ -228,7 +228,7 @@ class GRPOTrainer:
         import torch
         from trl import GRPOConfig as TRLConfig
 
-        from callbacks import GenerationLogger, LogLinesCallback, WandbRunConfig
+        from callbacks import GenerationLogger, LearningSignalCheck, LogLinesCallback, WandbRunConfig
         from checkpoints import DeterministicSampling, ManifestWriter
         from rewards import build_reward_functions
         from trl_trainer import TRLGRPOTrainer
@@ -261,6 +261,7 @@ class GRPOTrainer:
                                                getattr(self, "generation_engine", None))
         trainer.add_callback(LogLinesCallback())
         if training:
+            trainer.add_callback(LearningSignalCheck())
             trainer.add_callback(DeterministicSampling())
             if self.manifest is not None:
                 trainer.add_callback(ManifestWriter(self.manifest))
