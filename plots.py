@@ -50,10 +50,13 @@ def read_json(path: Path) -> Any:
 
 
 def run_config(output_dir: Path) -> dict[str, Any]:
-    """The effective config the run wrote (run_config.json), else the one in the newest checkpoint manifest."""
+    """The effective config the run wrote (run_config.json), else the one in the newest checkpoint manifest
+    (which leaves out the fields a resume may change)."""
     path = output_dir / "run_config.json"
     if not path.exists():
-        manifests = sorted(output_dir.glob("checkpoint-*/run_manifest.json"), key=lambda p: _step_of(p.parent.name))
+        # A checkpoint directory carries its own manifest; a run directory has them in its checkpoints.
+        manifests = [output_dir / "run_manifest.json"] if (output_dir / "run_manifest.json").exists() else sorted(
+            output_dir.glob("checkpoint-*/run_manifest.json"), key=lambda p: _step_of(p.parent.name))
         if not manifests:
             return {}
         path = manifests[-1]

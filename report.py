@@ -169,6 +169,11 @@ def _summary_section(summary: dict[str, Any], eval_metrics: dict[str, Any]) -> s
     if summary.get("generation_eval_baseline") is not None:
         cards.append(_card("greedy eval reward (before → after)",
                            _arrow(summary["generation_eval_baseline"], summary.get("generation_eval_final"))))
+    if eval_metrics.get("global_step") is not None and "global_step" not in summary:
+        cards.append(_card("adapter trained for", f"{eval_metrics['global_step']} steps"))
+    greedy = (eval_metrics.get("generation_log") or {}).get("reward_mean")
+    if greedy is not None and summary.get("generation_eval_baseline") is None:
+        cards.append(_card("greedy eval reward (this adapter)", _fmt(greedy)))
     sampled = (summary.get("eval") or eval_metrics.get("eval") or {}).get("eval_reward")
     if sampled is not None:
         cards.append(_card("sampled eval reward (end)", _fmt(sampled)))
@@ -294,6 +299,13 @@ def write_report(output_dir: str | Path, plots: list[Path] | None = None) -> Pat
     summary = _optional_json(out / "metrics_summary.json")
     eval_metrics = _optional_json(out / "eval_metrics.json")
     config = run_config(out)
+    if not config and eval_metrics.get("adapter"):
+        # An --eval-only result: the settings are those of the run that trained the adapter.
+        adapter_dir = Path(eval_metrics["adapter"])
+        for candidate in (adapter_dir, adapter_dir.parent):
+            config = run_config(candidate) if candidate.is_dir() else {}
+            if config:
+                break
     logs = generation_logs(generation_log_dir(out))
     if not (summary or eval_metrics or config or logs or (out / "trainer_state.json").exists()):
         raise UsageError(f"{out} has no run files (metrics_summary.json, trainer_state.json, generation logs): give "

@@ -349,6 +349,8 @@ def test_report_for_an_eval_only_result(tmp_path):
     (run / "checkpoint-6").mkdir()
     page = report.write_report(eval_dir).read_text(encoding="utf-8")
     assert "step-0 generation log of the run that trained this adapter" in page
+    assert "No run_config.json" not in page and "dapo" in page  # the training run's settings
+    assert "greedy eval reward (this adapter)" in page and "adapter trained for" in page
     assert "baseline = step 0, final = step 6" in page
     assert "evaluated adapter" in page
 
