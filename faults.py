@@ -128,7 +128,10 @@ def handle_fault(trainer, watch: FaultWatch, err: Exception, verbose: bool = Fal
     """Save what can be saved, log the traceback, and describe the fault in one line."""
     out = Path(trainer.args.output_dir)
     details = _describe(err, trainer, watch)
-    _log_traceback(err, verbose)
+    # The run is ending: a log file that cannot take another line (a full disk) must not print logging's own
+    # "--- Logging error ---" traceback on the console, now or in the CLI's last line.
+    logging.raiseExceptions = False
+    log_file = _log_traceback(err, verbose)
     _free_memory(err)
 
     saved, note = _save_last_step(trainer, watch, err)
@@ -141,8 +144,7 @@ def handle_fault(trainer, watch: FaultWatch, err: Exception, verbose: bool = Fal
                 f"with the same command plus --resume-from-checkpoint latest.")
     else:
         work = f"{note}No step had completed, so there is nothing to resume: fix the cause and run again."
-    log_file = _log_file()
-    where = f" Traceback in {log_file}." if log_file and not verbose else ""
+    where = f" Full error: {log_file}." if log_file and not verbose else ""
     code = EXIT_CODES["bad_input"] if isinstance(err, UsageError) else EXIT_CODES["run_failed"]
     return RunFailed(f"Run failed {details}. {work}{where}", code, saved)
 
@@ -259,21 +261,22 @@ def _is_out_of_memory(err: BaseException) -> bool:
     return isinstance(err, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(err).lower()
 
 
-def _log_file() -> str | None:
-    for handler in log.handlers:
-        if isinstance(handler, logging.FileHandler):
-            return handler.baseFilename
-    return None
-
-
-def _log_traceback(err: Exception, verbose: bool) -> None:
+def _log_traceback(err: Exception, verbose: bool) -> str | None:
+    """The traceback into the run's log file (the `grpo` logger's file handlers); the file it reached, if any."""
     text = "".join(traceback.format_exception(err)).rstrip()
     record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "Run failed; traceback:\n%s", (text,), None)
+    written = None
     for handler in log.handlers:
         if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
+            try:
+                handler.stream.write(handler.format(record) + "\n")
+                handler.flush()
+                written = written or handler.baseFilename
+            except (OSError, ValueError, AttributeError):  # full disk, closed file: the one line still says it
+                pass
     if verbose:
         print(text, file=sys.stderr)
+    return written
 
 
 def _free_memory(err: Exception) -> None:
