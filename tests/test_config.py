@@ -189,10 +189,35 @@ def test_vllm_requested_without_vllm_installed_exits_2(cli):
 
 def test_world_size_enters_the_batch_arithmetic(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
-    # 8 per device x 3 processes = 24 completions: whole groups of 4, fine; groups of 16 are not
+    # 8 per device x 3 processes = 24 completions: whole groups of 4, fine; groups of 5 are not
     assert build_config(preset="default").num_generations == 4
     with pytest.raises(UsageError, match=r"x 3 process\(es\)"):
-        build_config(preset="default", overrides=["num_generations=16"])
+        build_config(preset="default", overrides=["num_generations=5"])
+    # A micro-batch smaller than a group (the spec's `--batch-size 1`): whole groups are accumulated, and said
+    assert build_config(preset="default", overrides=["num_generations=16"]).gradient_accumulation_steps == 2
+
+
+def test_spec_batch_size_1_accumulates_whole_groups(cli, caplog):
+    import logging
+
+    logger = logging.getLogger("grpo")  # does not propagate: listen on it directly
+    logger.addHandler(caplog.handler)
+    try:
+        code, out, err = cli("--quick-test", "--batch-size", "1", "--dry-run")
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert code == 0, err
+    config = json.loads(out)["config"]
+    assert (config["per_device_train_batch_size"], config["gradient_accumulation_steps"]) == (1, 4)
+    assert "using gradient_accumulation_steps 4" in caplog.text
+
+
+def test_spec_config_load_in_4bit_false(cli, tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"model_name": "smollm2-135m", "dataset": "arithmetic", "load_in_4bit": false}')
+    code, out, err = cli("--config", str(path), "--dry-run")
+    assert code == 0, err
+    assert json.loads(out)["config"]["load_in_4bit"] is False
 
 
 def test_gradient_checkpointing_choice_reaches_grpo_config():
