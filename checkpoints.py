@@ -191,7 +191,7 @@ def checkpoint_problem(path: Path) -> str | None:
     """None for a complete checkpoint, else what is wrong with it (for a one-line message)."""
     path = Path(path)
     if (path / WRITING).exists():
-        return "its save never finished (the process stopped while writing it)"
+        return "its save never finished: the process stopped while writing it"
     marker = path / COMPLETE
     if not marker.exists():
         return legacy_problem(path)

@@ -35,6 +35,15 @@ from config.errors import UsageError
 from faults import EXIT_CODES, FaultWatch, NonFiniteLoss, handle_fault
 
 
+@pytest.fixture(autouse=True)
+def _grpo_log_handlers():
+    """The in-process CLI adds a console handler on CliRunner's stream, closed once the call returns: drop it."""
+    logger = logging.getLogger("grpo")
+    before = list(logger.handlers)
+    yield
+    logger.handlers[:] = before
+
+
 def _checkpoint(path: Path, complete=True, legacy=False) -> Path:
     """A checkpoint-N directory with the files a LoRA run writes (small stand-ins, real formats)."""
     import torch
@@ -339,6 +348,7 @@ def test_a_reward_raising_mid_run_saves_the_last_step_and_resumes(tmp_path, stra
     assert failed.returncode == EXIT_CODES["run_failed"], failed.stderr[-3000:]
     assert "Traceback (most recent" not in failed.stderr
     (line,) = _fault_lines(failed.stderr)
+    print(line)  # pytest -s: the line a user sees
     assert ("Run failed at step 2 while scoring completions (reward 'flaky'): ValueError: flaky reward broke on "
             "call 2 [tests/fixtures/flaky_rewards.py:") in line
     assert f"Work up to step 1 is in {out / 'checkpoint-1'}" in line and "--resume-from-checkpoint latest" in line
@@ -365,6 +375,7 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_resumes(tmp
         assert "Traceback (most recent" not in failed.stderr
         assert "this run writes up to 2 more checkpoints" in failed.stderr  # the warning at start
         (line,) = _fault_lines(failed.stderr)
+        print(line)
         assert "disk full writing checkpoint-2/" in line and "MB free" in line and "set aside as" in line
         assert f"Work up to step 1 is in {out / 'checkpoint-1'}" in line
         assert checkpoint_problem(out / "checkpoint-1") is None
@@ -395,6 +406,7 @@ def test_kill_9_while_writing_a_checkpoint_then_resume_latest(tmp_path, straight
 
     resumed = _cli(out, "--set", "save_steps=1", "--resume-from-checkpoint", "latest")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    print(*[line for line in resumed.stderr.splitlines() if "incomplete" in line], sep="\n")
     assert "checkpoint-2 is incomplete" in resumed.stderr and "set aside as incomplete-checkpoint-2-" in resumed.stderr
     assert "Traceback (most recent" not in resumed.stderr
     assert list(out.glob("incomplete-checkpoint-2-*/adapter_config.json")) or list(out.glob("incomplete-checkpoint-2-*"))
