@@ -264,7 +264,10 @@ def plot_reward(history, path: Path) -> Path | None:
                       + ("; components unweighted, total = weighted sum" if multi else ""))
     if total[0]:
         std_by_step = dict(zip(*std, strict=True))
-        if std_by_step and not _smoothed(total[1]):
+        if std_by_step and len(total[0]) == 1:  # a band needs two points
+            ax.errorbar(total[0], total[1], yerr=[std_by_step.get(total[0][0], 0.0)], color=TOTAL_COLOR, capsize=4,
+                        alpha=0.5, linewidth=0, elinewidth=1.5)
+        elif std_by_step and not _smoothed(total[1]):
             low = [v - std_by_step.get(s, 0.0) for s, v in zip(*total, strict=True)]
             high = [v + std_by_step.get(s, 0.0) for s, v in zip(*total, strict=True)]
             ax.fill_between(total[0], low, high, color=TOTAL_COLOR, alpha=0.12, linewidth=0, label="± std")
@@ -286,12 +289,11 @@ def plot_eval_reward(history, logs, path: Path) -> Path | None:
                       "greedy: the logged eval prompts, one decode each (step 0 = before training); "
                       "sampled: TRL's evaluation, ± std")
     if sampled[0]:
+        # Evaluations are few and far between: error bars on each point read better than a band.
         std_by_step = dict(zip(*sampled_std, strict=True))
-        if std_by_step:
-            low = [v - std_by_step.get(s, 0.0) for s, v in zip(*sampled, strict=True)]
-            high = [v + std_by_step.get(s, 0.0) for s, v in zip(*sampled, strict=True)]
-            ax.fill_between(sampled[0], low, high, color=COMPONENT_COLORS[0], alpha=0.12, linewidth=0)
-        _line(ax, *sampled, "sampled (eval split)", COMPONENT_COLORS[0], width=2.0)
+        errors = [std_by_step.get(step, 0.0) for step in sampled[0]]
+        ax.errorbar(sampled[0], sampled[1], yerr=errors if any(errors) else None, color=COMPONENT_COLORS[0],
+                    linewidth=2.0, capsize=4, label="sampled (eval split), ± std", **_marker(len(sampled[0])))
     if greedy[0]:
         _line(ax, *greedy, "greedy (generation logs)", GREEDY_COLOR, width=2.4)
         if len(greedy_components) > 1:
@@ -318,7 +320,8 @@ def plot_completion_length(history, path: Path, max_length: int | None) -> Path 
     if max_length:
         ax.axhline(max_length, color="#777777", linestyle="--", linewidth=1, label=f"limit ({max_length} tokens)")
     ax.set_ylabel("completion length (tokens)")
-    ax.set_ylim(bottom=0)
+    # Head room above the limit, so the limit line and the legend do not sit on the frame.
+    ax.set_ylim(0, max(high[1] + mean[1] + [max_length or 0]) * 1.25)
     axes = [ax]
     if clipped[0]:
         right = ax.twinx()

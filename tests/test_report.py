@@ -46,12 +46,16 @@ def _train_entry(step: int, reward: float, components: dict[str, float], kl: flo
 
 def _eval_entry(step: int, reward: float, components: dict[str, float]) -> dict:
     entry = {"eval_loss": 0.0, "eval_runtime": 4.2, "eval_samples_per_second": 7.6, "eval_steps_per_second": 0.95,
-             "eval_num_tokens": 430.0 * step, "eval_completions/mean_length": 9.0,
-             "eval_completions/clipped_ratio": 0.5}
+             "eval_num_tokens": 430.0 * step, "eval_completions/mean_length": 9.0, "eval_completions/min_length": 6.0,
+             "eval_completions/max_length": 10.0, "eval_completions/clipped_ratio": 0.5,
+             "eval_completions/mean_terminated_length": 8.0, "eval_completions/min_terminated_length": 6.0,
+             "eval_completions/max_terminated_length": 9.0}
     for name, value in components.items():
         entry[f"eval_rewards/{name}/mean"] = value
         entry[f"eval_rewards/{name}/std"] = 0.4
     entry.update({"eval_reward": reward, "eval_reward_std": 0.45, "eval_frac_reward_zero_std": 0.5,
+                  "eval_entropy": 1.3, "eval_clip_ratio/low_mean": 0.0, "eval_clip_ratio/high_mean": 0.0,
+                  "eval_clip_ratio/region_mean": 0.0, "eval_clip_ratio/low_min": 0.0, "eval_clip_ratio/high_max": 0.0,
                   "epoch": step / 32, "step": step})
     return entry
 
