@@ -330,7 +330,9 @@ def write_report(output_dir: str | Path, plots: list[Path] | None = None) -> Pat
     body = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="sub">{_e(out.resolve())} · report written {_e(created)}</p>',
-        _summary_section(summary, eval_metrics),
+        _summary_section(summary, eval_metrics) or (
+            '<p class="note">No metrics_summary.json: the run has not finished (or was stopped); the numbers below '
+            "come from its newest checkpoint and generation logs.</p>"),
         "<h2>Settings</h2>", _config_section(config),
         "<h2>Curves</h2>", _plots_section(plots),
         "<h2>Completions: baseline vs final</h2>", _samples_section(baseline, final, note),
