@@ -43,20 +43,22 @@ EXIT_CODES = {
 # Innermost-first: the first of these functions found in the traceback (from the innermost frame out) names what the
 # run was doing. GRPO's batch preparation calls generation and the rewards, so inner activities must win.
 _ACTIVITIES = (
-    ("_save_checkpoint", "saving a checkpoint"),
-    ("log_generations", "writing the generation log"),
-    ("_calculate_rewards", "scoring completions"),
-    ("_generate_single_turn", "generating completions"),
-    ("_generate", "generating completions"),
-    ("on_pre_optimizer_step", "checking the gradients"),
-    ("compute_loss", "computing the loss"),
-    ("training_step", "the forward/backward pass"),
-    ("step", "the optimizer step"),
-    ("evaluation_loop", "evaluating"),
-    ("evaluate", "evaluating"),
-    ("get_batch_samples", "reading a batch of data"),
-    ("_prepare_inputs", "preparing a batch"),
+    ("_save_checkpoint", "while saving a checkpoint"),
+    ("log_generations", "while writing the generation log"),
+    ("_calculate_rewards", "while scoring completions"),
+    ("_generate_single_turn", "while generating completions"),
+    ("_generate", "while generating completions"),
+    ("on_pre_optimizer_step", "while checking the gradients"),
+    ("compute_loss", "while computing the loss"),
+    ("training_step", "in the forward/backward pass"),
+    ("evaluation_loop", "while evaluating"),
+    ("evaluate", "while evaluating"),
+    ("get_batch_samples", "while reading a batch of data"),
+    ("_prepare_inputs", "while preparing a batch"),
 )
+_IN_STEP = {"while scoring completions", "while generating completions", "while checking the gradients",
+            "while computing the loss", "in the forward/backward pass", "while reading a batch of data",
+            "while preparing a batch", "in the optimizer step"}
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -82,9 +84,11 @@ class FaultWatch(TrainerCallbackBase):
 
     def __init__(self):
         self.optimizer_step_of: int | None = None
+        self.in_step = False  # between on_step_begin and on_step_end: else logging, saving, evaluating after a step
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.optimizer_step_of = None
+        self.in_step = True
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         if model is not None and not args.fp16:  # fp16's GradScaler skips inf steps itself, by design
@@ -93,6 +97,7 @@ class FaultWatch(TrainerCallbackBase):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.optimizer_step_of = None
+        self.in_step = False
 
     def weights_half_updated(self, state) -> bool:
         return self.optimizer_step_of is not None and state.global_step == self.optimizer_step_of
@@ -190,12 +195,14 @@ def _describe(err: Exception, trainer, watch: FaultWatch) -> str:
         activity = next((what for name, what in _ACTIVITIES if frame.name == name), None)
         if activity:
             break
-    completed = not watch.weights_half_updated(trainer.state) and activity in ("saving a checkpoint", "evaluating",
-                                                                                 "writing the generation log")
-    at = f"after step {step}" if completed and step else f"at step {step + 1}"
+    if activity is None and watch.weights_half_updated(trainer.state):
+        activity = "in the optimizer step"
+    # Batches are fetched before on_step_begin, so data and generation faults belong to the next step either way.
+    in_step = watch.in_step or activity in _IN_STEP or watch.weights_half_updated(trainer.state)
+    at = f"at step {step + 1}" if in_step else f"after step {step}" if step else "before step 1"
     parts = [at]
     if activity:
-        parts.append(f"while {activity}")
+        parts.append(activity)
     reward = getattr(err, "component", None) or _reward_name(err)
     if reward:
         parts.append(f"(reward '{reward}')")

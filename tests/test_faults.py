@@ -227,10 +227,12 @@ def test_a_fault_is_one_line_naming_the_reward_and_the_users_line_and_the_traceb
         import tests.fixtures.flaky_rewards as module
 
         module._calls = 0
+        watch = FaultWatch()
+        watch.on_step_begin(trainer.args, trainer.state, None)
         try:
             with_timeout(flaky, 0, "flaky")(completions=["a"])
         except Exception as err:  # noqa: BLE001 - the fault under test
-            failed = handle_fault(trainer, FaultWatch(), err)
+            failed = handle_fault(trainer, watch, err)
     finally:
         del os.environ["FLAKY_FAIL_AT"]
         log.removeHandler(handler)
@@ -281,6 +283,7 @@ def test_a_fault_inside_the_optimizer_step_saves_nothing_and_points_at_the_last_
         failed = handle_fault(trainer, watch, err)
     line = str(failed)
     assert "out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); lower per_device_train_batch_size" in line
+    assert line.startswith("Run failed at step 4 in the optimizer step: OutOfMemoryError: out of memory")
     assert "inside the optimizer step of step 4" in line and "were not saved" in line
     assert f"Work up to step 2 is in {tmp_path / 'checkpoint-2'}" in line
     assert not (tmp_path / "checkpoint-3").exists()
