@@ -507,33 +507,14 @@ def dataset_fingerprint(train_ds) -> str:
 
 
 def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) -> Path:
-    """A checkpoint path from --resume-from-checkpoint: 'latest' (the newest complete checkpoint-N in the output dir,
-    named in the log) or a path, checked before anything loads."""
-    if value == "latest":
-        try:
-            from checkpoints import latest_complete_checkpoint  # skips (and sets aside) incomplete checkpoints
-        except ImportError:
-            latest_complete_checkpoint = None
-        if latest_complete_checkpoint is not None:
-            latest = latest_complete_checkpoint(output_dir, set_aside_incomplete=not eval_only)
-        else:
-            found = sorted((p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                           key=lambda p: int(p.name.split("-")[-1]))
-            latest = found[-1] if found else None
-        if latest is None:
-            raise UsageError(f"--resume-from-checkpoint latest: no complete checkpoint-* directory in {output_dir}.")
-        log.info("--resume-from-checkpoint latest: %s", latest)
-        return Path(latest)
-    path = Path(value)
-    if not path.exists():
-        raise UsageError(f"Checkpoint {path} does not exist: check the path, or use 'latest'.")
-    if eval_only:
-        return path  # an adapter is enough; check_adapter_dir checks it against the model
-    if not (path / "trainer_state.json").exists():
-        raise UsageError(f"{path} is not a trainer checkpoint (no trainer_state.json): give a checkpoint-N directory.")
-    from checkpoints import check_checkpoint
+    """A checkpoint path from --resume-from-checkpoint: 'latest' (the newest complete checkpoint-N in the output dir;
+    incomplete ones are set aside with a warning; named in the log) or a path, checked complete before anything
+    loads (checkpoints.resolve_resume)."""
+    from checkpoints import resolve_resume
 
-    check_checkpoint(path)  # faults: a half-written checkpoint is refused (exit 2), never loaded
+    path = Path(resolve_resume(str(value), Path(output_dir), eval_only))
+    if value == "latest":
+        log.info("--resume-from-checkpoint latest: %s", path)
     return path
 
 
