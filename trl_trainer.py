@@ -97,7 +97,31 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
-    def _generate_single_turn(self, *args, **kwargs):
+    # ---- generation engine (engines/; see engines/trl_hook.py) --------------------------------------------------
+    generation_engine = None  # set by the run: an engines.GenerationEngine; None = TRL's own generate
+
+    def _generate_and_score_completions(self, *args, **kwargs):
+        from engines.trl_hook import importance_sampling, timed
+
+        with importance_sampling(self), timed(self, "timing/generate_and_score_s"):
+            # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs
+            return super()._generate_and_score_completions(*args, **kwargs)
+
+    def _compute_loss(self, *args, **kwargs):
+        from engines.trl_hook import importance_sampling
+
+        with importance_sampling(self):
+            return super()._compute_loss(*args, **kwargs)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        from engines.trl_hook import generate_for_trainer, timed, uses_engine
+
+        with timed(self, "timing/generation_s"):  # per-phase step times (bench/bench_speed.py)
+            if uses_engine(self) and images is None and not multimodal_fields:
+                return generate_for_trainer(self, self.generation_engine, prompt_ids)
+            return self._shared_generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+
+    def _shared_generate_single_turn(self, *args, **kwargs):
         if not self.share_prompts or self.use_vllm:
             return super()._generate_single_turn(*args, **kwargs)
         model = self.accelerator.unwrap_model(self.model)

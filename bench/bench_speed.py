@@ -3,10 +3,13 @@ machine drift cancels.
 
     .venv/bin/python bench/bench_speed.py --rounds 3 --steps 4            # the BENCHMARKS.md numbers
     .venv/bin/python bench/bench_speed.py --rounds 1 --steps 1            # the CI smoke check
+    .venv/bin/python bench/bench_speed.py --engine llama_cpp              # our side on the llama_cpp engine
 
 Per-step times come from TRL's own `step_time` metric in each run's trainer_state.json (generation + scoring +
 backward of one optimizer step, excluding model load); the first step of each run is reported but left out of the
-median (warm-up). Peak RSS is the child process's own maximum resident set (GNU time).
+median (warm-up). Peak RSS is the child process's own maximum resident set (GNU time). Our side also reports its
+per-phase times (generation; generation + scoring, which includes the reward functions and the no-grad log-prob
+pass) and, with an external engine, TRL's sampler-vs-trainer log-prob difference.
 """
 
 import argparse
@@ -40,7 +43,8 @@ def ours(out: str, a) -> list[str]:
             "--seed", str(a.seed), "--disable-generation-logging", "--set", f"per_device_train_batch_size={a.batch}",
             "--set", f"num_generations={a.generations}", "--set", f"max_completion_length={a.completion_length}",
             # the plain script does not evaluate; keep our end-of-run evaluation to 2 prompts (not in step times)
-            "--set", "save_steps=0", "--set", "max_eval_samples=2", *a.ours_args]
+            "--set", "save_steps=0", "--set", "max_eval_samples=2", "--set", f"generation_engine={a.engine}",
+            *a.ours_args]
 
 
 def plain(out: str, a) -> list[str]:
@@ -48,11 +52,17 @@ def plain(out: str, a) -> list[str]:
             "--generations", str(a.generations), "--completion-length", str(a.completion_length), "--seed", str(a.seed)]
 
 
-def step_stats(out: str) -> tuple[list[float], list[float]]:
+# Per-phase seconds our trainer logs (trl_trainer.py / engines/trl_hook.py); the plain script has none of them.
+PHASES = {"generation": "timing/generation_s", "generate+score": "timing/generate_and_score_s",
+          "|Δ logp| sampler vs trainer": "sampling/sampling_logp_difference/mean"}
+
+
+def step_stats(out: str) -> tuple[list[float], list[float], dict[str, list[float]]]:
     history = json.loads((Path(out) / "trainer_state.json").read_text())["log_history"]
     steps = [h for h in history if "step_time" in h]
     tokens = [h["completions/mean_length"] for h in steps]
-    return [h["step_time"] for h in steps], tokens
+    phases = {name: [h[key] for h in steps if h.get(key) is not None] for name, key in PHASES.items()}
+    return [h["step_time"] for h in steps], tokens, phases
 
 
 def main() -> None:
@@ -63,18 +73,22 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--completion-length", type=int, default=24)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--engine", default="auto", choices=["auto", "transformers", "llama_cpp"],
+                        help="our side's generation_engine (auto = llama_cpp where it is built)")
     parser.add_argument("--ours-args", nargs="*", default=[], help="extra train_grpo.py arguments for our side")
     a = parser.parse_args()
-    results = {"ours": {"steps": [], "tokens": [], "rss": [], "wall": []},
-               "plain": {"steps": [], "tokens": [], "rss": [], "wall": []}}
+    results = {name: {"steps": [], "tokens": [], "rss": [], "wall": [], "phases": {p: [] for p in PHASES}}
+               for name in ("ours", "plain")}
     for _ in range(a.rounds):
         for name, build in (("ours", ours), ("plain", plain)):
             with tempfile.TemporaryDirectory() as out:
                 wall, rss = run(build(out, a))
-                times, tokens = step_stats(out)
+                times, tokens, phases = step_stats(out)
             r = results[name]
             r["steps"] += times[1:] if len(times) > 1 else times  # drop each run's warm-up step
             r["tokens"] += tokens[1:] if len(tokens) > 1 else tokens
+            for phase, values in phases.items():
+                r["phases"][phase] += values[1:] if len(values) > 1 else values
             r["rss"].append(rss)
             r["wall"].append(wall)
     rows = {}
@@ -85,6 +99,9 @@ def main() -> None:
         print(f"{name:<6} step time median {median:.2f} s (min {min(r['steps']):.2f}, max {max(r['steps']):.2f}, "
               f"n={len(r['steps'])}); completion tokens/s {tokens_per_s:.1f}; peak RSS {max(r['rss']):.0f} MiB; "
               f"wall per run {statistics.median(r['wall']):.1f} s")
+        for phase, values in r["phases"].items():
+            if values:
+                print(f"       {phase}: median {statistics.median(values):.3f} (n={len(values)})")
     print(f"ratio ours/plain (median step time): {rows['ours'] / rows['plain']:.2f}")
     print(json.dumps({"ratio": rows["ours"] / rows["plain"], **{k: v for k, v in rows.items()}}))
 

@@ -133,6 +133,9 @@ def lora_tensors(model, architecture: str, n_head: int, n_kv_head: int):
         if match is None or match.group(2) not in LORA_TENSOR_NAMES:
             raise UsageError(f"llama_cpp engine: LoRA on {name} has no llama.cpp equivalent (supported targets: "
                              f"{', '.join(LORA_TENSOR_NAMES)}); use --set generation_engine=transformers.")
+        if getattr(module, "use_dora", {}).get(adapter):
+            raise UsageError("llama_cpp engine: DoRA adapters have no llama.cpp equivalent; use "
+                             "--set generation_engine=transformers.")
         block, proj = match.groups()
         with torch.no_grad():
             a = module.lora_A[adapter].weight.detach().float().cpu().numpy()

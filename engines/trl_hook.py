@@ -49,6 +49,19 @@ def generate_for_trainer(trainer, engine, prompt_ids: list[list[int]]):
     return completion_ids, logprobs
 
 
+@contextlib.contextmanager
+def timed(trainer, key: str):
+    """Wall seconds of the block, logged as a TRL metric (averaged per logging step, like TRL's own)."""
+    import time
+
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        mode = "train" if trainer.model.training else "eval"
+        trainer._metrics[mode][key].append(time.perf_counter() - started)
+
+
 def uses_engine(trainer) -> bool:
     engine = getattr(trainer, "generation_engine", None)
     return engine is not None and not getattr(engine, "uses_trainer_path", False)
@@ -130,6 +143,12 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
                         max_sequences=completions,
                         max_context=completions * (config.max_prompt_length + config.max_completion_length))
     try:
+        unsupported = [f"{key}={value}" for key, value, default in (
+            ("repetition_penalty", trainer.repetition_penalty, 1.0),
+            ("generation_kwargs", trainer.args.generation_kwargs, None)) if value not in (default, {})]
+        if unsupported:
+            raise UsageError(f"the llama_cpp engine does not implement {', '.join(unsupported)}: drop it or use "
+                             "--set generation_engine=transformers.")
         engine = build_engine("llama_cpp", trainer.model, None, setup)
     except UsageError as err:
         if config.generation_engine == "llama_cpp":
