@@ -72,10 +72,14 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | None = None) -> tuple[str, str]:
+def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | None = None,
+                  load_in_4bit: bool = False) -> tuple[str, str]:
     """(engine name, why) for the config value `requested` ('auto' or a name). The reason goes into the run's log.
 
-    Explicit choices that cannot work here raise UsageError; 'auto' never raises.
+    Explicit choices that cannot work here raise UsageError; 'auto' never raises. 'auto' keeps transformers for a
+    4-bit base: llama_cpp samples from the f16 export of the original weights, and the NF4 weights the trainer scores
+    differ from them by ~0.57 nats per sampled token on SmolLM2 (BENCHMARKS.md; f16 vs fp32: 0.002), which TRL's
+    importance-sampling correction then mostly masks out.
     """
     from config.errors import UsageError
 
@@ -112,6 +116,9 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
         return "transformers", "auto: CPU, llama-cpp-python not installed (`make llama-cpp` builds it)"
     if not supported_arch:
         return "transformers", f"auto: CPU, but llama_cpp does not support {architecture}"
+    if load_in_4bit:
+        return "transformers", ("auto: CPU, 4-bit base (llama_cpp would sample from the unquantised weights; "
+                                "--set generation_engine=llama_cpp to use it anyway)")
     return "llama_cpp", f"auto: CPU and llama-cpp-python {_version('llama_cpp_python')} installed"
 
 

@@ -52,6 +52,17 @@ def test_choose_engine_refuses_what_cannot_work(monkeypatch, requested, cuda, ll
         choose_engine(requested, cuda=cuda, backend="unsloth", architecture=arch)
 
 
+def test_auto_keeps_transformers_for_a_4bit_base(monkeypatch):
+    import engines
+
+    monkeypatch.setattr(engines, "llama_cpp_available", lambda: True)
+    name, reason = choose_engine("auto", cuda=False, backend="unsloth", architecture="LlamaForCausalLM",
+                                 load_in_4bit=True)
+    assert name == "transformers" and "4-bit" in reason
+    assert choose_engine("llama_cpp", cuda=False, backend="unsloth", architecture="LlamaForCausalLM",
+                         load_in_4bit=True)[0] == "llama_cpp"
+
+
 def test_auto_falls_back_for_an_unsupported_architecture(monkeypatch):
     import engines
 
