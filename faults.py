@@ -26,7 +26,14 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from checkpoints import COMPLETE, CheckpointWriteError, TrainerCallbackBase, check_disk_space, checkpoint_problem
+from checkpoints import (
+    COMPLETE,
+    CheckpointWriteError,
+    TrainerCallbackBase,
+    check_disk_space,
+    checkpoint_problem,
+    latest_complete_checkpoint,
+)
 from config.errors import UsageError
 
 log = logging.getLogger("grpo")
@@ -122,6 +129,9 @@ def fault_guard(trainer, verbose: bool = False):
     watch = FaultWatch()
     trainer.add_callback(watch)
     if trainer.is_world_process_zero():
+        # A half-written checkpoint left by an earlier killed run is set aside now (named in a warning), before
+        # anything here could count it, overwrite it or (transformers' end-of-run cleanup) delete it.
+        latest_complete_checkpoint(Path(trainer.args.output_dir))
         check_disk_space(trainer)
     try:
         yield watch
@@ -141,8 +151,6 @@ def handle_fault(trainer, watch: FaultWatch, err: Exception, verbose: bool = Fal
 
     saved, note = _save_last_step(trainer, watch, err)
     if saved is None:
-        from checkpoints import latest_complete_checkpoint
-
         saved = latest_complete_checkpoint(out, set_aside_incomplete=False)
     if saved is not None:
         work = (f"{note}Work up to step {checkpoint_step_of(saved)} is in {saved}; after fixing the cause, resume "
