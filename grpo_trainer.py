@@ -293,16 +293,27 @@ class GRPOTrainer:
         started = time.perf_counter()
         resume = str(self.resume_from) if self.resume_from is not None else None
         try:
-            with fault_guard(trainer, verbose=self.verbose):  # faults.py: a fault saves the last step, raises RunFailed
+            # faults.py: anything that raises from here to the last file written (training, the final evaluation,
+            # the final save on a full disk) saves the last completed step and becomes one RunFailed line.
+            with fault_guard(trainer, verbose=self.verbose):
                 train_result = trainer.train(resume_from_checkpoint=resume)
+                train_seconds = time.perf_counter() - started
+                if stop.signal_name is None:
+                    summary = self._finish(trainer, train_result, train_seconds)
         finally:
             stop.restore()
-        train_seconds = time.perf_counter() - started
         if stop.signal_name is not None:
             checkpoint = Path(self.config.output_dir) / f"checkpoint-{trainer.state.global_step}"
             raise Interrupted(
                 f"{stop.signal_name} at step {trainer.state.global_step}: checkpoint saved to {checkpoint}. Resume "
                 f"with the same command plus --resume-from-checkpoint {checkpoint} (or 'latest').", stop.exit_code)
+        # Every rank says where it ended, so a multi-process run shows that all ranks agree.
+        log.info("rank %d of %d finished at global step %d", trainer.args.process_index, trainer.args.world_size,
+                 trainer.state.global_step)
+        return summary
+
+    def _finish(self, trainer, train_result, train_seconds) -> dict[str, Any]:
+        """The final evaluation, the summary and every output file."""
         eval_metrics: dict[str, Any] = {}
         config = self.config
         if self.eval_dataset is not None and not (config.eval_steps and trainer.state.global_step % config.eval_steps == 0):
@@ -314,9 +325,6 @@ class GRPOTrainer:
         trainer.save_state()  # trainer_state.json: the full log history
         if trainer.is_world_process_zero():
             self._write_outputs(summary)
-        # Every rank says where it ended, so a multi-process run shows that all ranks agree.
-        log.info("rank %d of %d finished at global step %d", trainer.args.process_index, trainer.args.world_size,
-                 trainer.state.global_step)
         return summary
 
     # ---- evaluation ------------------------------------------------------------------------------------------------
