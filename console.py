@@ -466,9 +466,13 @@ def print_summary(summary: dict[str, Any], title: str = "GRPO run finished") -> 
     first, last = summary.get("train_reward_first"), summary.get("train_reward_last")
     if first is not None and last is not None:
         rows.append(("train reward", f"{_num(first)} → {_num(last)}  (sampled, first → last step)"))
-    if summary.get("generation_eval_baseline") is not None:
-        rows.append(("eval reward", f"{_num(summary['generation_eval_baseline'])} → "
-                                    f"{_num(summary.get('generation_eval_final'))}  (greedy, logged prompts)"))
+    greedy = summary.get("generation_eval") if isinstance(summary.get("generation_eval"), dict) else {
+        "baseline": summary.get("generation_eval_baseline"), "final": summary.get("generation_eval_final")}
+    if greedy.get("baseline") is not None:
+        where = "held-out" if greedy.get("held_out", True) else "training"
+        count = f"{greedy['prompts']} " if greedy.get("prompts") else ""
+        rows.append(("eval reward", f"{_num(greedy['baseline'])} → {_num(greedy.get('final'))}  "
+                                    f"(greedy, {count}{where} prompts)"))
     eval_reward = (summary.get("eval") or {}).get("eval_reward")
     if eval_reward is not None:
         rows.append(("eval split", f"{_num(eval_reward)}  (sampled)"))

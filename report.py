@@ -157,6 +157,17 @@ def _arrow(before: Any, after: Any) -> str:
     return "—"
 
 
+def greedy_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The greedy before/after numbers of metrics_summary.json: the `generation_eval` block, or the flat
+    `generation_eval_baseline` / `_final` / `_pass@k` keys of earlier runs."""
+    block = summary.get("generation_eval")
+    if isinstance(block, dict):
+        return block
+    flat = {"baseline": summary.get("generation_eval_baseline"), "final": summary.get("generation_eval_final")}
+    flat.update({k[len("generation_eval_"):]: v for k, v in summary.items() if k.startswith("generation_eval_pass@")})
+    return flat
+
+
 def _summary_section(summary: dict[str, Any], eval_metrics: dict[str, Any]) -> str:
     cards = []
     if "global_step" in summary:
@@ -166,19 +177,22 @@ def _summary_section(summary: dict[str, Any], eval_metrics: dict[str, Any]) -> s
     if summary.get("train_reward_first") is not None:
         cards.append(_card("train reward (first → last step)",
                            _arrow(summary["train_reward_first"], summary.get("train_reward_last"))))
-    if summary.get("generation_eval_baseline") is not None:
-        cards.append(_card("greedy eval reward (before → after)",
-                           _arrow(summary["generation_eval_baseline"], summary.get("generation_eval_final"))))
+    greedy = greedy_summary(summary)
+    if greedy.get("baseline") is not None:
+        where = "held-out" if greedy.get("held_out", True) else "training"
+        prompts = f"{greedy['prompts']} {where} prompts, " if greedy.get("prompts") else ""
+        cards.append(_card(f"greedy reward ({prompts}step {greedy.get('baseline_step', 0)} → "
+                           f"{greedy.get('final_step', 'end')})", _arrow(greedy["baseline"], greedy.get("final"))))
     if eval_metrics.get("global_step") is not None and "global_step" not in summary:
         cards.append(_card("adapter trained for", f"{eval_metrics['global_step']} steps"))
-    greedy = (eval_metrics.get("generation_log") or {}).get("reward_mean")
-    if greedy is not None and summary.get("generation_eval_baseline") is None:
-        cards.append(_card("greedy eval reward (this adapter)", _fmt(greedy)))
+    adapter_greedy = (eval_metrics.get("generation_log") or {}).get("reward_mean")
+    if adapter_greedy is not None and greedy.get("baseline") is None:
+        cards.append(_card("greedy eval reward (this adapter)", _fmt(adapter_greedy)))
     sampled = (summary.get("eval") or eval_metrics.get("eval") or {}).get("eval_reward")
     if sampled is not None:
         cards.append(_card("sampled eval reward (end)", _fmt(sampled)))
-    for key in sorted(k for k in summary if k.startswith("generation_eval_pass@")):
-        cards.append(_card(key.replace("generation_eval_", ""), _fmt(summary[key])))
+    for key in sorted(k for k in greedy if k.startswith("pass@")):
+        cards.append(_card(f"{key} (sampled)", _fmt(greedy[key])))
     rows = []
     for key, label in (("backend", "backend"), ("total_seconds", "total time"), ("train_loss", "mean train loss"),
                        ("best_checkpoint", "best checkpoint"), ("best_metric", "best eval metric"),
@@ -186,8 +200,12 @@ def _summary_section(summary: dict[str, Any], eval_metrics: dict[str, Any]) -> s
         if summary.get(key) not in (None, ""):
             value = _duration(summary[key]) if key == "total_seconds" else _fmt(summary[key])
             rows.append(f"<tr><td>{_e(label)}</td><td>{_e(value)}</td></tr>")
+    if summary.get("resumed_from"):
+        rows.append(f"<tr><td>resumed from</td><td>{_e(summary['resumed_from'])}</td></tr>")
     if eval_metrics.get("adapter"):
         rows.append(f"<tr><td>evaluated adapter</td><td>{_e(eval_metrics['adapter'])}</td></tr>")
+    for notice in summary.get("notices") or []:
+        rows.append(f"<tr><td>note</td><td>{_e(notice)}</td></tr>")
     table = f'<table class="kv">{"".join(rows)}</table>' if rows else ""
     return f'<div class="cards">{"".join(cards)}</div>{table}' if cards or rows else ""
 

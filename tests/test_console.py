@@ -255,11 +255,13 @@ def test_print_header_and_summary(monkeypatch):
     monkeypatch.setattr(console, "_console", rich_console)
     console.print_header([("model", "smollm2-135m"), ("rewards", "accuracy x1 [bold]"), "plain line"])
     console.print_summary({"global_step": 4, "backend": "unsloth", "train_seconds": 75.2, "total_seconds": 130,
-                           "train_reward_first": 0.0, "train_reward_last": 0.375, "generation_eval_baseline": 0.625,
-                           "generation_eval_final": 0.75, "output_dir": "/tmp/run", "report": "/tmp/run/report.html"})
+                           "train_reward_first": 0.0, "train_reward_last": 0.375,
+                           "generation_eval": {"prompts": 8, "held_out": True, "baseline_step": 0, "baseline": 0.625,
+                                               "final_step": 4, "final": 0.75},
+                           "output_dir": "/tmp/run", "report": "/tmp/run/report.html"})
     text = buffer.getvalue()
     assert "model    smollm2-135m" in text and "accuracy x1 [bold]" in text and "plain line" in text
-    assert "train reward  0.000 → 0.375" in text and "eval reward   0.625 → 0.750" in text
+    assert "train reward  0.000 → 0.375" in text and "eval reward   0.625 → 0.750  (greedy, 8 held-out prompts)" in text
     assert "report        /tmp/run/report.html" in text
 
 

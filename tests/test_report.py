@@ -127,7 +127,9 @@ def make_run(tmp_path: Path, mode: str = "single", steps: int = 6, eval_steps: i
                "total_seconds": 140.2, "train_reward_first": history[0]["reward"],
                "train_reward_last": [h for h in history if "reward" in h][-1]["reward"], "train_loss": 0.004,
                "eval": {"eval_reward": 0.6}, "output_dir": str(out), "best_checkpoint": None, "best_metric": None,
-               "generation_eval_baseline": mean(baseline), "generation_eval_final": mean(final),
+               "resumed_from": None, "notices": ["a note from the run <i>"],
+               "generation_eval": {"prompts": len(final), "held_out": True, "baseline_step": 0,
+                                   "baseline": mean(baseline), "final_step": steps, "final": mean(final)},
                "generation_logging_seconds": 12.0, "generation_log_dir": str(log_dir)}
     (out / "metrics_summary.json").write_text(json.dumps(summary, indent=2))
     if with_config:
@@ -309,6 +311,18 @@ def test_report_is_self_contained_and_escaped(tmp_path):
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; 1 &amp; 0" in page  # model text, escaped
     assert "&lt;b&gt;be brief&lt;/b&gt;" in page  # config text too
     assert "smollm2-135m" in page and "learning rate" in page
+    assert "greedy reward (4 held-out prompts, step 0 → 6)" in page and "a note from the run &lt;i&gt;" in page
+
+
+def test_report_reads_the_flat_summary_keys_of_earlier_runs(tmp_path):
+    out = make_run(tmp_path, "single")
+    summary = json.loads((out / "metrics_summary.json").read_text())
+    greedy = summary.pop("generation_eval")
+    summary.update(generation_eval_baseline=greedy["baseline"], generation_eval_final=greedy["final"])
+    summary["generation_eval_pass@4"] = 0.75
+    (out / "metrics_summary.json").write_text(json.dumps(summary))
+    page = report.write_report(out).read_text(encoding="utf-8")
+    assert "greedy reward (step 0 → end)" in page and "pass@4 (sampled)" in page
 
 
 def test_report_orders_wins_then_regressions(tmp_path):
