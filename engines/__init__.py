@@ -165,5 +165,6 @@ def build_engine(name: str, model, tokenizer, setup: EngineSetup | None = None):
 
         assert setup is not None
         return LlamaCppEngine.from_model_dir(setup.model_dir, threads=setup.threads,
-                                             max_sequences=setup.max_sequences, max_context=setup.max_context)
+                                             max_sequences=setup.max_sequences, max_context=setup.max_context,
+                                             trainer_model=model)
     raise ValueError(f"no engine object for {name!r}")

@@ -65,15 +65,22 @@ class LlamaCppEngine:
         self._ensure_context(max_sequences, max_context)
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path, threads: int, max_sequences: int = 8, max_context: int = 512):
-        """Export (once, cached) and load the model in `model_dir`; a UsageError names what is unsupported."""
+    def from_model_dir(cls, model_dir: str | Path, threads: int, max_sequences: int = 8, max_context: int = 512,
+                       trainer_model=None):
+        """Export (once, cached) and load the model in `model_dir`; a UsageError names what is unsupported.
+
+        `trainer_model` with a 4-bit base: export the dequantised NF4 weights the trainer computes with, so that the
+        engine samples from (nearly) the trainer's own distribution."""
         import json
 
         from model_loader import cache_dir
 
-        from .gguf_export import base_gguf, remove_stale_exports
+        from .gguf_export import base_gguf, dequantized_gguf, quantized_weights, remove_stale_exports
 
-        path = base_gguf(model_dir, cache_dir())
+        if trainer_model is not None and quantized_weights(trainer_model):
+            path = dequantized_gguf(trainer_model, model_dir, cache_dir())
+        else:
+            path = base_gguf(model_dir, cache_dir())
         remove_stale_exports(cache_dir(), path)
         config = json.loads((Path(model_dir) / "config.json").read_text())
         return cls(path, config["architectures"][0], config["num_attention_heads"],
