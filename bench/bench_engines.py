@@ -62,6 +62,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--engines", default="transformers,llama_cpp")
+    parser.add_argument("--llama-threads", default="", help="comma list: one llama_cpp engine per thread count "
+                        "(default: torch's thread count), e.g. 1,2 to compare on busy cores")
     parser.add_argument("--mismatch", action="store_true", help="also measure sampler/trainer log-prob mismatch")
     a = parser.parse_args()
     import torch
@@ -77,16 +79,18 @@ def main() -> None:
     for name in a.engines.split(","):
         if name == "transformers":
             engines[name] = TransformersEngine(model, tokenizer)
-        else:
+            continue
+        for count in [int(t) for t in a.llama_threads.split(",") if t] or [threads]:
+            label = name if not a.llama_threads else f"{name}/{count}t"
             started = time.perf_counter()
-            engines[name] = LlamaCppEngine.from_model_dir(path, threads=threads, max_sequences=a.completions)
-            print(f"llama_cpp: load (export cached) {time.perf_counter() - started:.2f} s")
+            engines[label] = LlamaCppEngine.from_model_dir(path, threads=count, max_sequences=a.completions)
+            print(f"{label}: load (export cached) {time.perf_counter() - started:.2f} s")
             pushes = []
             for _ in range(5):
                 started = time.perf_counter()
-                engines[name].push_adapter(model)
+                engines[label].push_adapter(model)
                 pushes.append(time.perf_counter() - started)
-            print(f"llama_cpp: push_adapter median {statistics.median(pushes) * 1000:.0f} ms (GGUF LoRA write + load)")
+            print(f"{label}: push_adapter median {statistics.median(pushes) * 1000:.0f} ms (GGUF LoRA write + load)")
     params = SamplingParams(max_tokens=a.tokens, temperature=a.temperature, seed=0)  # no EOS: exactly a.tokens each
     rates: dict[str, list[float]] = {name: [] for name in engines}
     for round_ in range(a.rounds + 1):  # round 0 warms up (thread pools, caches) and is not counted

@@ -120,6 +120,20 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
     return name, reason
 
 
+THREADS_ENV = "GRPO_LLAMA_THREADS"
+
+
+def engine_threads(torch_threads: int) -> int:
+    """llama.cpp's thread count: torch's (the physical cores; generation and training never overlap), unless
+    GRPO_LLAMA_THREADS says otherwise. On cores shared with other busy processes use fewer: llama.cpp's workers
+    spin at every op barrier, so a descheduled peer stalls the rest (2-core box at load 6: 2 threads 4-11 tok/s,
+    1 thread 27-29 tok/s; on quiet cores 2 threads are the fast choice)."""
+    import os
+
+    value = os.environ.get(THREADS_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else torch_threads
+
+
 def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engine=None):
     """Hand the chosen engine to the trainer, building it unless `engine` (one built for an earlier trainer of the
     same run) is given; log engine, threads and why in one line. Returns the engine (None = TRL's own path).
@@ -134,7 +148,7 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
     if engine is not None:
         trainer.generation_engine = engine
         return engine
-    threads = torch.get_num_threads()
+    threads = engine_threads(torch.get_num_threads())
     if name != "llama_cpp":
         log.info("Generation engine: %s (%s)", name, reason)
         return None
