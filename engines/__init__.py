@@ -77,9 +77,9 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
     """(engine name, why) for the config value `requested` ('auto' or a name). The reason goes into the run's log.
 
     Explicit choices that cannot work here raise UsageError; 'auto' never raises. 'auto' keeps transformers for a
-    4-bit base: llama_cpp samples from the f16 export of the original weights, and the NF4 weights the trainer scores
-    differ from them by ~0.57 nats per sampled token on SmolLM2 (BENCHMARKS.md; f16 vs fp32: 0.002), which TRL's
-    importance-sampling correction then mostly masks out.
+    4-bit base (the quick test's default) until llama_cpp's step time on it is measured on quiet cores: for 4-bit,
+    llama_cpp exports the dequantised NF4 weights (sampler/trainer mismatch 0.01 nats per token through the CLI,
+    vs 0.57-0.61 when it sampled from the original weights), which costs a second ~20-50 s export per model.
     """
     from config.errors import UsageError
 
@@ -117,8 +117,8 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
     if not supported_arch:
         return "transformers", f"auto: CPU, but llama_cpp does not support {architecture}"
     if load_in_4bit:
-        return "transformers", ("auto: CPU, 4-bit base (llama_cpp would sample from the unquantised weights; "
-                                "--set generation_engine=llama_cpp to use it anyway)")
+        return "transformers", ("auto: CPU, 4-bit base (--set generation_engine=llama_cpp samples from its "
+                                "dequantised NF4 weights)")
     return "llama_cpp", f"auto: CPU and llama-cpp-python {_version('llama_cpp_python')} installed"
 
 

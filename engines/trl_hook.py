@@ -107,9 +107,6 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
     elif not cuda:
         architecture = "a model with no local safetensors directory"
     name, reason = choose_engine(requested, cuda, backend, architecture, load_in_4bit=config.load_in_4bit)
-    if name == "llama_cpp" and config.load_in_4bit:
-        log.warning("llama_cpp engine with a 4-bit base: it samples from the f16 export of the original weights, not "
-                    "the NF4 ones the trainer scores; TRL's importance-sampling correction covers the difference.")
     if name == "vllm":
         # TRL's / Unsloth's own vLLM generation, through the config fields that already switch it on.
         if backend == "unsloth":
