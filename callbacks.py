@@ -240,7 +240,7 @@ class LogLinesCallback(TrainerCallback):
         shown.update({k: v for k, v in logs.items() if k.startswith(("rewards/", "eval_rewards/")) and k.endswith("/mean")})
         if shown:
             text = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
-            log.info("step %d: %s", state.global_step, text)
+            log.debug("step %d: %s", state.global_step, text)  # the progress bar shows it; the log file keeps it
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:

@@ -195,7 +195,33 @@ class GRPOTrainer:
         hold_output_lock(out)  # faults: one run per output dir (a second one: UsageError naming the PID)
         self._filter_long_prompts()
         trainer = self._build_trainer(training=True)
+        if trainer.is_world_process_zero():
+            self._print_header(trainer)
         return self._run(trainer)
+
+    def _print_header(self, trainer) -> None:
+        """The start of the run on one screen: model, backend, engine, data, rewards, steps and batch shape (the
+        whole config is in grpo_training.log and run_config.json)."""
+        from console import print_header
+
+        config, report, args = self.config, self.data_report, trainer.args
+        engine = getattr(self, "engine_choice", None) or ("transformers", "")
+        dropped = sum(n for reasons in report.dropped.values() for n in reasons.values())
+        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        steps = args.max_steps if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
+        print_header([
+            ("model", f"{config.model_name} ({self.backend}, {'4-bit' if config.load_in_4bit else '16-bit'} "
+                      f"LoRA r{config.lora_r})"),
+            ("engine", f"{engine[0]}" + (f" ({engine[1]})" if engine[1] else "")),
+            ("data", f"{len(self.train_dataset)} train / "
+                     f"{len(self.eval_dataset) if self.eval_dataset is not None else 0} held-out prompts from "
+                     f"{report.source}" + (f"; {dropped} rows dropped (see the log)" if dropped else "")),
+            ("rewards", f"{config.reward_function_type}: " + ", ".join(
+                f"{n} x{w:g}" for n, w in zip(self.reward_set.names, self.reward_set.weights, strict=True))),
+            ("steps", f"{steps}, {per_step // config.num_generations} prompts x {config.num_generations} completions "
+                      f"per step, lr {config.learning_rate:g}"),
+            ("output", str(config.output_dir)),
+        ])
 
     def _check_not_finished(self, checkpoint: Path) -> None:
         """Resume means continue: a checkpoint at the end of the schedule it was trained for is a finished run,
@@ -281,6 +307,10 @@ class GRPOTrainer:
                 temperature=config.temperature, held_out=held_out)
             if training:
                 trainer.add_callback(self.generation_logger)
+        if training:
+            from console import install_progress
+
+            install_progress(trainer)  # one Rich bar (plain lines when not a terminal) instead of tqdm + dicts
         self.trainer = trainer
         return trainer
 
@@ -468,7 +498,7 @@ class GRPOTrainer:
         except Exception as err:  # noqa: BLE001 - a plot must never cost the run its summary
             log.error("Plotting failed (%s: %s)", err.__class__.__name__, err)
         (out / "metrics_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        report = _write_report(out)
+        report = _write_report(out, [Path(p) for p in summary.get("plots", [])])
         if report is not None:
             summary["report"] = str(report)
 
@@ -490,7 +520,7 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
         run_name=config.run_name or None,
         reward_weights=reward_weights,
         log_completions=False,
-        disable_tqdm=False,
+        disable_tqdm=True,  # console.ProgressCallback draws the one progress bar (and no raw metrics dicts)
     )
     if evaluate_during and config.save_steps and config.best_metric:
         # transformers tracks the best checkpoint (state.best_model_checkpoint) by this eval metric.
@@ -581,13 +611,11 @@ def save_merged(model, tokenizer, path: Path) -> None:
     log.info("Merged model saved to %s", path)
 
 
-def _write_report(out: Path) -> Path | None:
+def _write_report(out: Path, plots: list[Path] | None = None) -> Path | None:
+    from report import write_report
+
     try:
-        from report import write_report
-    except ImportError:  # the report module is optional for the API
-        return None
-    try:
-        return write_report(out)
+        return write_report(out, plots=plots or None)
     except Exception as err:  # noqa: BLE001 - a report must never cost the run its results
         log.error("Writing report.html failed (%s: %s)", err.__class__.__name__, err)
         return None

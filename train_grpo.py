@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -33,9 +32,11 @@ from config.schema import (
     PANEL_TRAINING,
     field_help,
 )
+from console import console_handler, quiet_third_party, whole_option_names_in_help
 
 log = logging.getLogger("grpo")
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich")
+whole_option_names_in_help()  # every option name whole in --help at 80 columns (patches Typer's tables lazily)
 
 
 def _opt(field: str | None, panel: str, *names: str, help: str | None = None, **kwargs):
@@ -134,7 +135,8 @@ def main(
                                        help="List rewards and reward presets.")] = False,
 ):
     """Fine-tune a language model with GRPO (TRL's GRPOTrainer, Unsloth 4-bit LoRA)."""
-    setup_console_logging()
+    quiet_third_party(verbose)  # before torch / unsloth / transformers / trl are imported: filters act at the source
+    setup_console_logging(verbose)
     try:
         if list_models or list_datasets or list_rewards:
             print_listings(list_models, list_datasets, list_rewards)
@@ -305,14 +307,12 @@ def check_wandb() -> None:
                          "WANDB_MODE=offline (or drop --wandb-project).")
 
 
-def setup_console_logging() -> None:
-    """Run logs on stderr, so stdout carries only results (--dry-run JSON, --score-completions rows)."""
+def setup_console_logging(verbose: bool = False) -> None:
+    """Run logs on stderr (above the live progress bar), so stdout carries only results (--dry-run JSON,
+    --score-completions rows). The console gets the story; grpo_training.log gets every detail (DEBUG)."""
     logger = logging.getLogger("grpo")
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-        handler.setLevel(logging.INFO)  # the console gets the story; the log file gets every detail (DEBUG)
-        logger.addHandler(handler)
+        logger.addHandler(console_handler(logging.DEBUG if verbose else logging.INFO))
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
 
@@ -327,7 +327,7 @@ def add_file_logging(path: Path) -> None:
 def print_summary(summary: dict) -> None:
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # a summary line stays one line in a log file or a pipe
     console.rule("[bold]GRPO run finished")
     resumed = f" (resumed from {summary['resumed_from']})" if summary.get("resumed_from") else ""
     console.print(f"steps: {summary['global_step']}{resumed}  backend: {summary['backend']}  "
@@ -360,7 +360,7 @@ def print_summary(summary: dict) -> None:
 def print_eval_only(result: dict) -> None:
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     console.rule("[bold]Evaluation finished")
     greedy, metrics = result.get("generation_log") or {}, result.get("eval") or {}
     what = "held-out eval prompts" if result.get("held_out") else "training prompts (no held-out split)"
