@@ -33,6 +33,10 @@ def clean_noise_state(monkeypatch):
     names = [name for name, _ in console._HARMLESS_LOG_RECORDS]
     filters = {name: list(logging.getLogger(name).filters) for name in names}
     meta_path = list(sys.meta_path)
+    # Start from a process where no run has quietened anything yet (CLI tests in the same process call it).
+    for name in names:
+        logging.getLogger(name).filters[:] = [f for f in filters[name] if not isinstance(f, console._DropMatching)]
+    sys.meta_path[:] = [f for f in meta_path if not isinstance(f, console._AfterImport)]
     with warnings.catch_warnings():
         yield
     for name in names:

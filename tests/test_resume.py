@@ -71,7 +71,7 @@ def test_bad_checkpoints_exit_2_and_write_nothing(cli, tmp_path):
         code, _, err = cli("--quick-test", "--output-dir", str(out), "--resume-from-checkpoint", str(checkpoint))
         assert code == 2 and message in err, (checkpoint, err)
     code, _, err = cli("--quick-test", "--output-dir", str(out), "--resume-from-checkpoint", "latest")
-    assert code == 2 and "no complete checkpoint-* directory" in err
+    assert code == 2 and "holds a complete checkpoint" in err
     assert not out.exists()
 
 
