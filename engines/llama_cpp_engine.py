@@ -26,18 +26,25 @@ from .sampling import sample_rows, sequence_rngs
 log = logging.getLogger("grpo")
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: larger calls are split into chunks of whole prompts
-_backend_ready = False
+GGML_LOG_LEVEL_ERROR = 3
+_log_callback = None  # kept referenced: llama.cpp calls it for the life of the process
 
 
 def _llama():
     import llama_cpp
 
-    global _backend_ready
-    if not _backend_ready:
-        # llama.cpp logs every tensor at load; keep its errors only (llama-cpp-python routes them to this logger).
-        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+    global _log_callback
+    if _log_callback is None:
+        # llama.cpp logs every tensor and vocabulary quirk at load (SmolLM2's GGUF: two harmless vocabulary notes);
+        # only its errors reach the terminal.
+        @llama_cpp.llama_log_callback
+        def errors_only(level, text, _user_data):
+            if level == GGML_LOG_LEVEL_ERROR:
+                log.error("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+        _log_callback = errors_only
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
-        _backend_ready = True
     return llama_cpp
 
 
