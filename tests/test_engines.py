@@ -235,8 +235,9 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
     out = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "train_grpo.py", "--quick-test", "--output-dir", str(out), "--set", "max_steps=1",
-         "--set", f"generation_engine={engine}", "--disable-generation-logging", "--set", "save_steps=0"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+         "--set", f"generation_engine={engine}", "--disable-generation-logging", "--set", "save_steps=0",
+         "--set", "max_eval_samples=2"],  # the final evaluation: 2 prompts x 4 completions, one batch
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Generation engine: {engine}" in result.stderr
     import json
