@@ -78,6 +78,15 @@ def model_path(name: str) -> str:
 
 
 def load_tokenizer(name: str):
+    import sys
+
+    if "transformers" not in sys.modules and unsloth_available():
+        # Unsloth patches transformers when it is imported first; a tokenizer loaded before the model (the spec's
+        # create_grpo_dataloader) would otherwise import transformers first and cost the run those patches.
+        try:
+            import unsloth  # noqa: F401
+        except Exception:  # noqa: BLE001 - a broken Unsloth is reported when the model loads
+            pass
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_path(name))

@@ -138,7 +138,11 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
     def _shared_prompt_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
         prompt_len = input_ids.size(1) - logits_to_keep
         first_row, row_to_prompt = _distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
-        if prompt_len < 2 or first_row.size(0) == input_ids.size(0):  # nothing shared: TRL's own pass
+        # Nothing shared, or activation checkpointing on in training (transformers then returns no key/value cache,
+        # so there is nothing to share): TRL's own pass.
+        checkpointing = model.training and getattr(self.accelerator.unwrap_model(model), "is_gradient_checkpointing",
+                                                   False)
+        if prompt_len < 2 or first_row.size(0) == input_ids.size(0) or checkpointing:
             logps, entropies, _ = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, compute_entropy=compute_entropy)
             return logps, entropies
@@ -149,6 +153,10 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
                            attention_mask=attention_mask[first_row, :prompt_len - 1], use_cache=True,
                            logits_to_keep=1)
             cache = prefix.past_key_values
+            if cache is None:  # a model that returns no cache in this mode: TRL's own pass, correct if not shared
+                logps, entropies, _ = super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, compute_entropy=compute_entropy)
+                return logps, entropies
             cache.reorder_cache(row_to_prompt)  # index_select per layer: differentiable, gradients sum per prompt
             rest = input_ids[:, prompt_len - 1:]
             labels = rest.masked_fill(attention_mask[:, prompt_len - 1:] == 0, -100)
