@@ -412,4 +412,11 @@ def print_listings(models: bool, datasets: bool, rewards: bool) -> None:
 
 
 if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["report"]:
+        # `python train_grpo.py report OUTPUT_DIR`: redraw plots/ and report.html from a run's files alone.
+        from plots import main as redraw
+
+        sys.exit(redraw(sys.argv[2:]))
     app()

@@ -261,3 +261,13 @@ def test_train_with_own_rewards_and_rows_then_evaluate(tmp_path):
     assert got == {"step": 1, "eval": True, "greedy": True, "names": ["accuracy", "format", "length", "says_number"]}
     entries = json.loads((tmp_path / "out" / "generation_logs" / "generation_log_step_0.json").read_text())
     assert "says_number" in entries[0]["rewards"]
+
+
+def test_report_subcommand_redraws_from_files_alone(tmp_path):
+    """`python train_grpo.py report OUTPUT_DIR`: the same redraw as plots.py, with a real --help and one-line errors."""
+    run = [sys.executable, str(ROOT / "train_grpo.py"), "report"]
+    result = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "OUTPUT_DIR" in result.stdout
+    result = subprocess.run([*run, str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().startswith("error:")
+    assert len(result.stderr.strip().splitlines()) == 1
