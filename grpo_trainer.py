@@ -264,7 +264,7 @@ class GRPOTrainer:
             raise UsageError("vLLM generation (use_vllm / fast_inference) needs a CUDA GPU; this machine has none. "
                              "Drop --use-vllm to generate with transformers.")
         reward_funcs, reward_weights = build_reward_functions(self.reward_set, config.reward_function_type,
-                                                              **_timeout_kwarg(config.reward_timeout))
+                                                              timeout=config.reward_timeout)
         if config.wandb_project and training:
             os.environ["WANDB_PROJECT"] = config.wandb_project
         kwargs = grpo_config_kwargs(config, self.eval_dataset is not None, reward_weights)
@@ -272,9 +272,9 @@ class GRPOTrainer:
             kwargs.update(output_dir=str(output_dir), report_to="none", save_strategy="no")
         if not torch.cuda.is_available():
             kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
-        eval_rows = self.eval_dataset if self.eval_dataset is not None else None
         trainer = TRLGRPOTrainer(model=self.model, processing_class=self.tokenizer, reward_funcs=reward_funcs,
-                                 args=TRLConfig(**kwargs), train_dataset=self.train_dataset, eval_dataset=eval_rows)
+                                 args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
+                                 eval_dataset=self.eval_dataset)
         trainer.share_prompts = config.share_prompts
         if config.share_prompts and self.backend == "unsloth" and torch.cuda.is_available():
             # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
@@ -652,12 +652,3 @@ def _why(missing: list[str], reward_set, columns: set[str]) -> str:
     if needs:
         return f"it needs the column(s) {', '.join(needs)}"
     return f"{', '.join(missing)} score(s) None on every row: the data has no reference they can use"
-
-
-def _timeout_kwarg(seconds: float) -> dict[str, float]:
-    """build_reward_functions takes a timeout where the rewards package supports it."""
-    import inspect
-
-    from rewards import build_reward_functions
-
-    return {"timeout": seconds} if "timeout" in inspect.signature(build_reward_functions).parameters else {}

@@ -271,3 +271,11 @@ def test_report_subcommand_redraws_from_files_alone(tmp_path):
     result = subprocess.run([*run, str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.strip().startswith("error:")
     assert len(result.stderr.strip().splitlines()) == 1
+    from test_report import make_run  # a run directory shaped like a real one's files
+
+    out = make_run(tmp_path)
+    for stale in (out / "report.html", *(out / "plots").glob("*.png")):
+        stale.unlink(missing_ok=True)
+    result = subprocess.run([*run, str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert (out / "report.html").stat().st_size > 0 and (out / "plots" / "reward.png").exists()
