@@ -245,7 +245,7 @@ class GRPOTrainer:
         for split, reasons in self.data_report.dropped.items():
             for reason, count in reasons.items():
                 log.info("Dropped %d %s rows: %s", count, split, reason)
-        log.info("Data: %d train prompts, %s", len(self.train_dataset),
+        log.debug("Data: %d train prompts, %s", len(self.train_dataset),  # the run header shows it
                  f"{len(self.eval_dataset)} held-out eval prompts" if self.eval_dataset is not None
                  else "no held-out eval split (evaluations use training prompts and are labelled so)")
 

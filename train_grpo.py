@@ -250,8 +250,9 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
             print_eval_only(result)
         return
     log.debug("Config (preset %s): %s", preset, json.dumps(config_to_dict(config), default=str))
-    log.info("Dataset %s: %s rows, dropped %s", report.source, report.rows, report.dropped or "none")
-    log.info("Rewards (%s): %s", config.reward_function_type,
+    # The run header says these on the console; the log file keeps them for the record.
+    log.debug("Dataset %s: %s rows, dropped %s", report.source, report.rows, report.dropped or "none")
+    log.debug("Rewards (%s): %s", config.reward_function_type,
              ", ".join(f"{n} x{w:g}" for n, w in zip(reward_set.names, reward_set.weights, strict=True)))
     try:
         summary = trainer.train(resume_from_checkpoint=resume_from, force_resume=force_resume)
