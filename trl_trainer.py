@@ -107,11 +107,11 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
             # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs
             return super()._generate_and_score_completions(*args, **kwargs)
 
-    def _compute_loss(self, *args, **kwargs):
+    def _compute_loss(self, model, inputs):
         from engines.trl_hook import importance_sampling
 
-        with importance_sampling(self):
-            return super()._compute_loss(*args, **kwargs)
+        with importance_sampling(self, inputs):
+            return super()._compute_loss(model, inputs)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         from engines.trl_hook import generate_for_trainer, timed, uses_engine

@@ -76,10 +76,10 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
                   load_in_4bit: bool = False) -> tuple[str, str]:
     """(engine name, why) for the config value `requested` ('auto' or a name). The reason goes into the run's log.
 
-    Explicit choices that cannot work here raise UsageError; 'auto' never raises. 'auto' keeps transformers for a
-    4-bit base (the quick test's default) until llama_cpp's step time on it is measured on quiet cores: for 4-bit,
-    llama_cpp exports the dequantised NF4 weights (sampler/trainer mismatch 0.01 nats per token through the CLI,
-    vs 0.57-0.61 when it sampled from the original weights), which costs a second ~20-50 s export per model.
+    Explicit choices that cannot work here raise UsageError; 'auto' never raises. On a CPU 'auto' picks llama_cpp
+    whenever it is built and supports the architecture, 4-bit included: for a 4-bit base the engine samples from the
+    dequantised NF4 weights the trainer computes with (sampler/trainer mismatch 0.01 nats per token through the CLI),
+    exported once per model and cached.
     """
     from config.errors import UsageError
 
@@ -116,10 +116,8 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
         return "transformers", "auto: CPU, llama-cpp-python not installed (`make llama-cpp` builds it)"
     if not supported_arch:
         return "transformers", f"auto: CPU, but llama_cpp does not support {architecture}"
-    if load_in_4bit:
-        return "transformers", ("auto: CPU, 4-bit base (--set generation_engine=llama_cpp samples from its "
-                                "dequantised NF4 weights)")
-    return "llama_cpp", f"auto: CPU and llama-cpp-python {_version('llama_cpp_python')} installed"
+    weights = ", sampling from the dequantised 4-bit weights" if load_in_4bit else ""
+    return "llama_cpp", f"auto: CPU and llama-cpp-python {_version('llama_cpp_python')} installed{weights}"
 
 
 def _version(dist: str) -> str:

@@ -28,9 +28,15 @@ from config.errors import UsageError
 
 log = logging.getLogger("grpo")
 
-# transformers architecture -> (GGUF architecture name, whether llama.cpp's converter permutes q/k rows). Only Llama
-# is tested here (the embedded SmolLM2); others fall back to transformers until a test covers them.
-SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM": ("llama", True)}
+# transformers architecture -> (GGUF architecture name, whether llama.cpp's converter permutes q/k rows). Each one is
+# tested (tests/test_engines.py: the embedded SmolLM2, tiny random Qwen2/Qwen3 checkpoints): exported GGUF plus pushed
+# LoRA against the PEFT model's logits. Anything else falls back to transformers ('auto') or is refused. Gemma 3 is
+# not listed yet: no Gemma tokenizer is available offline here, so no test could convert one.
+SUPPORTED_ARCHITECTURES = {
+    "LlamaForCausalLM": ("llama", True),
+    "Qwen2ForCausalLM": ("qwen2", False),
+    "Qwen3ForCausalLM": ("qwen3", False),
+}
 
 # PEFT target module -> GGUF tensor name inside block N.
 LORA_TENSOR_NAMES = {

@@ -7,8 +7,10 @@
 - `importance_sampling`: TRL corrects the sampler/trainer mismatch (truncated importance sampling,
   `vllm_importance_sampling_*`) only when `use_vllm` is set. The engine's log-probs take vLLM's place, so the flag
   is raised around the two methods that read it (scoring and the loss), and nowhere else: generation, weight sync
-  and everything vLLM-specific never see it. The correction costs one no-grad log-prob pass per step (as with vLLM),
-  and logs `sampling/sampling_logp_difference/{mean,max}` and `sampling/importance_sampling_ratio/*`.
+  and everything vLLM-specific never see it. TRL pays one extra no-grad log-prob pass per step for it (as with
+  vLLM); on on-policy steps (TRL's default settings) the trainer's log-probs of the samples are the loss pass's own,
+  so the ratio is computed there, with TRL's formula, and that pass is skipped. Either way it logs
+  `sampling/sampling_logp_difference/{mean,max}` and `sampling/importance_sampling_ratio/*`.
 - `attach_engine`: the run's few lines (choose, build, log, hand to the trainer).
 """
 
@@ -31,8 +33,8 @@ def sampling_params(trainer, seed: int) -> SamplingParams:
         top_k=trainer.top_k or 0, min_p=trainer.min_p or 0.0, eos_token_ids=tuple(trainer.eos_token_ids), seed=seed)
 
 
-def generate_for_trainer(trainer, engine, prompt_ids: list[list[int]]):
-    import torch
+def push_if_stale(trainer, engine) -> None:
+    """Push the trainer's current adapter unless the engine already has this optimizer step's weights."""
     from trl.extras.profiling import profiling_context
 
     # (trainer, step): an engine kept across trainers (a run's evaluation builds its own) pushes again for each.
@@ -41,12 +43,31 @@ def generate_for_trainer(trainer, engine, prompt_ids: list[list[int]]):
         with profiling_context(trainer, f"{engine.name}.push_adapter"):
             engine.push_adapter(trainer.accelerator.unwrap_model(trainer.model))
         engine.pushed_version = version
+
+
+def generate_for_trainer(trainer, engine, prompt_ids: list[list[int]]):
+    import torch
+    from trl.extras.profiling import profiling_context
+
+    push_if_stale(trainer, engine)
     # Drawn from torch's generator, which the run seeds per (seed, step, rank) (checkpoints.DeterministicSampling):
     # reproducible across runs and resumes, different per step and per process.
     seed = int(torch.randint(0, 2**62, (1,)).item())
     with profiling_context(trainer, f"{engine.name}.generate"):
         completion_ids, logprobs = engine.generate(prompt_ids, 1, sampling_params(trainer, seed))
     return completion_ids, logprobs
+
+
+def engine_generate(trainer, prompt_ids: list[list[int]], n: int, max_tokens: int, greedy: bool,
+                    temperature: float = 1.0, seed: int = 0) -> list[list[int]]:
+    """The generation logs' decoding (greedy, or pass@k samples) through the trainer's engine, current adapter in:
+    `n` completions per prompt, prompt-major, as token ids."""
+    engine = trainer.generation_engine
+    push_if_stale(trainer, engine)
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, greedy=greedy,
+                              eos_token_ids=tuple(trainer.eos_token_ids), seed=seed)
+    completion_ids, _ = engine.generate(prompt_ids, n, sampling)
+    return completion_ids
 
 
 @contextlib.contextmanager
@@ -67,18 +88,89 @@ def uses_engine(trainer) -> bool:
     return engine is not None and not getattr(engine, "uses_trainer_path", False)
 
 
+def _corrects_mismatch(trainer) -> bool:
+    return (uses_engine(trainer) and not trainer.use_vllm and trainer.vllm_importance_sampling_correction
+            and not trainer.tools and trainer.rollout_func is None)
+
+
+def defers_importance_sampling(trainer) -> bool:
+    """On-policy steps (TRL's own test for needing no old log-probs: one iteration per generation, generation aligned
+    with the optimizer step): the trainer's log-probs of the samples are exactly the loss pass's own, detached, so the
+    correction is computed there instead of in a separate no-grad pass over the whole batch (~a fifth of a CPU step)."""
+    generate_every = trainer.args.steps_per_generation * trainer.num_iterations
+    return (_corrects_mismatch(trainer) and trainer.args.gradient_accumulation_steps % generate_every == 0
+            and trainer.loss_type != "vespo")
+
+
+def importance_sampling_ratio(trainer, trainer_logps, sampling_logps, mask):
+    """TRL 1.15's vLLM importance-sampling ratio (GRPOTrainer._generate_and_score_completions), same modes and
+    bounds, and the same `sampling/*` metrics."""
+    import math
+
+    import torch
+
+    diff = torch.nan_to_num((trainer_logps - sampling_logps) * mask, nan=0.0)  # NaN (unscored): ratio 1
+    sequence_level = trainer.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
+    ratio = torch.exp(diff.sum(-1, keepdim=True) if sequence_level else diff)
+    low, high = trainer.vllm_importance_sampling_clip_min, trainer.vllm_importance_sampling_clip_max
+    if trainer.vllm_importance_sampling_mode in ("sequence_truncate", "token_truncate"):
+        ratio = torch.clamp(ratio, min=low, max=high)
+    elif trainer.vllm_importance_sampling_mode in ("sequence_mask", "token_mask"):
+        low, high = -math.inf if low is None else low, math.inf if high is None else high
+        ratio = ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+    else:
+        raise ValueError(f"Unknown vLLM importance sampling level: {trainer.vllm_importance_sampling_mode}")
+    mode = "train" if trainer.model.training else "eval"
+    valid = mask.bool()
+    delta = torch.abs(trainer_logps - sampling_logps)[valid]
+    delta = delta[~torch.isnan(delta)]
+    flat = ratio.flatten() if sequence_level else ratio[valid]
+    metrics = trainer._metrics[mode]
+    zero = torch.tensor(0.0)
+    for name, value in (("sampling_logp_difference/mean", delta.mean() if delta.numel() else zero),
+                        ("sampling_logp_difference/max", delta.max() if delta.numel() else zero),
+                        ("importance_sampling_ratio/min", flat.min() if flat.numel() else zero),
+                        ("importance_sampling_ratio/mean", flat.mean() if flat.numel() else zero),
+                        ("importance_sampling_ratio/max", flat.max() if flat.numel() else zero)):
+        gathered = trainer.accelerator.gather(value.to(trainer.accelerator.device))
+        reduce = {"min": torch.min, "max": torch.max}.get(name.rsplit("/", 1)[1], torch.mean)
+        metrics[f"sampling/{name}"].append(reduce(gathered.float()).item())
+    return ratio
+
+
 @contextlib.contextmanager
-def importance_sampling(trainer):
-    """TRL's vLLM importance-sampling correction, applied to the engine's samples (see the module docstring)."""
-    if (not uses_engine(trainer) or trainer.use_vllm or not trainer.vllm_importance_sampling_correction
-            or trainer.tools or trainer.rollout_func is not None):
+def importance_sampling(trainer, inputs: dict | None = None):
+    """TRL's vLLM importance-sampling correction, applied to the engine's samples (see the module docstring).
+
+    `inputs` None: the generate-and-score phase; else the loss phase's micro-batch. On-policy steps skip the
+    separate pass (defers_importance_sampling) and compute the same ratio from the loss pass's log-probs."""
+    if not _corrects_mismatch(trainer):
         yield
         return
+    deferred = defers_importance_sampling(trainer)
+    if deferred and (inputs is None or inputs.get("sampling_per_token_logps") is None):
+        yield  # generation phase: no old log-probs pass; TRL keeps the engine's log-probs in the batch
+        return
+    if deferred:
+        policy_logps = trainer._get_per_token_logps_and_entropies
+
+        def logps_then_ratio(*args, **kwargs):
+            logps, entropies, aux = policy_logps(*args, **kwargs)
+            mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs[
+                "tool_mask"]
+            inputs["importance_sampling_ratio"] = importance_sampling_ratio(
+                trainer, logps.detach(), inputs["sampling_per_token_logps"], mask)
+            trainer._get_per_token_logps_and_entropies = policy_logps  # only the policy's own pass
+            return logps, entropies, aux
+
+        trainer._get_per_token_logps_and_entropies = logps_then_ratio
     trainer.use_vllm = True
     try:
         yield
     finally:
         trainer.use_vllm = False
+        if deferred:
+            vars(trainer).pop("_get_per_token_logps_and_entropies", None)
 
 
 def local_model_dir(path: str) -> Path | None:
@@ -117,18 +209,12 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
     return name, reason
 
 
-THREADS_ENV = "GRPO_LLAMA_THREADS"
-
-
-def engine_threads(torch_threads: int) -> int:
-    """llama.cpp's thread count: torch's (the physical cores; generation and training never overlap), unless
-    GRPO_LLAMA_THREADS says otherwise. On cores shared with other busy processes use fewer: llama.cpp's workers
-    spin at every op barrier, so a descheduled peer stalls the rest (2-core box at load 6: 2 threads 4-11 tok/s,
-    1 thread 27-29 tok/s; on quiet cores 2 threads are the fast choice)."""
-    import os
-
-    value = os.environ.get(THREADS_ENV, "")
-    return int(value) if value.isdigit() and int(value) > 0 else torch_threads
+def engine_threads(requested: int, torch_threads: int) -> int:
+    """llama.cpp's thread count: the config's `generation_threads`, or torch's (the physical cores: generation and
+    training never overlap) when it is 0. On cores shared with other busy processes fewer are faster: llama.cpp's
+    workers wait on each other at every op, so a descheduled one stalls the rest (2-core box at load 6: 2 threads
+    4-11 tok/s, 1 thread 27-29 tok/s; on quiet cores 2 threads are the fast choice)."""
+    return requested if requested > 0 else torch_threads
 
 
 def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engine=None):
@@ -145,7 +231,7 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
     if engine is not None:
         trainer.generation_engine = engine
         return engine
-    threads = engine_threads(torch.get_num_threads())
+    threads = engine_threads(config.generation_threads, torch.get_num_threads())
     if name != "llama_cpp":
         log.info("Generation engine: %s (%s)", name, reason)
         return None
@@ -164,10 +250,14 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
             raise UsageError(f"the llama_cpp engine does not implement {', '.join(unsupported)}: drop it or use "
                              "--set generation_engine=transformers.")
         engine = build_engine("llama_cpp", trainer.model, None, setup)
-    except UsageError as err:
+    except Exception as err:  # noqa: BLE001 - any failure to start the engine: fall back on 'auto', name it otherwise
+        why = str(err) if isinstance(err, UsageError) else f"{err.__class__.__name__}: {err}"
         if config.generation_engine == "llama_cpp":
-            raise
-        log.warning("Generation engine: transformers (llama_cpp could not start: %s)", err)
+            if isinstance(err, UsageError):
+                raise
+            raise UsageError(f"the llama_cpp engine could not start ({why}); use --generation-engine transformers."
+                             ) from err
+        log.warning("Generation engine: transformers (llama_cpp could not start: %s)", why)
         return None
     trainer.generation_engine = engine
     log.info("Generation engine: llama_cpp, %d threads, %s (%s)", threads, engine.gguf_path.name, reason)
