@@ -34,7 +34,7 @@ class GenerationLogger(TrainerCallback):
         self.is_main_process = is_main_process
         self.pass_k = pass_k
         self.temperature = temperature
-        self.trainer = None  # set by the runner: the model TRL trains (wrapped or not)
+        self.trainer = None  # set by the runner: TRL's trainer, whose generation engine (if any) decodes the logs
         self.history: list[dict[str, Any]] = []  # one summary per logged evaluation
         self.seconds = 0.0
         existing = sorted(self.log_dir.glob("generation_log_step_*.json")) if self.log_dir.exists() else []
@@ -93,15 +93,26 @@ class GenerationLogger(TrainerCallback):
         finally:
             self.seconds += time.perf_counter() - started
 
-    def _generate(self, model, texts: list[str], **sampling) -> list[list[int]]:
-        """Batched generation, left-padded; returns the new token ids of each sequence."""
+    def _generate(self, model, texts: list[str], sample: bool = False, n: int = 1) -> list[list[int]]:
+        """`n` completions per text (greedy, or sampled at the run's temperature), prompt-major; the new token ids
+        of each. Through the run's generation engine when it has one (llama_cpp: the same sampler as training, with
+        the current adapter pushed first), else transformers' batched, left-padded `generate`."""
         import torch
 
+        from engines.trl_hook import engine_generate, uses_engine
+
         tokenizer = self.tokenizer
+        if self.trainer is not None and uses_engine(self.trainer):
+            prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+            seed = int(torch.randint(0, 2**62, (1,)).item()) if sample else 0
+            return engine_generate(self.trainer, prompt_ids, n, self.max_new_tokens, greedy=not sample,
+                                   temperature=self.temperature, seed=seed)
         was_training = model.training
         side = tokenizer.padding_side
         tokenizer.padding_side = "left"  # batched decoding needs the prompts right-aligned
         model.eval()
+        sampling = {"do_sample": True, "temperature": self.temperature, "num_return_sequences": n} if sample else {
+            "do_sample": False}
         try:
             batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.no_grad():
@@ -126,8 +137,7 @@ class GenerationLogger(TrainerCallback):
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(1234)  # the same samples for the same weights at every evaluation
         try:
-            new_tokens = self._generate(model, texts, do_sample=True, temperature=self.temperature,
-                                        num_return_sequences=k)
+            new_tokens = self._generate(model, texts, sample=True, n=k)
         finally:
             torch.random.set_rng_state(generator_state)  # do not disturb training's sampling stream
         completions = [self._decode(ids)[0] for ids in new_tokens]
@@ -139,9 +149,12 @@ class GenerationLogger(TrainerCallback):
 
     def _decode(self, ids: list[int]) -> tuple[str, list[int], bool]:
         """(text, ids up to the end-of-turn token, truncated?)"""
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        if eos in ids:
-            ids, truncated = ids[: ids.index(eos)], False
+        pad = self.tokenizer.pad_token_id
+        # the tokenizer's EOS and the generation config's (what the engine and TRL stop on)
+        stops = {self.tokenizer.eos_token_id, *getattr(self.trainer, "eos_token_ids", ())}
+        end = next((i for i, token in enumerate(ids) if token in stops), None)
+        if end is not None:
+            ids, truncated = ids[:end], False
         else:
             ids, truncated = [t for t in ids if t != pad], True
         return self.tokenizer.decode(ids, skip_special_tokens=True), ids, truncated
@@ -150,7 +163,7 @@ class GenerationLogger(TrainerCallback):
         tokenizer = self.tokenizer
         prompts = [row["prompt"] for row in self.rows]
         texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-        new_tokens = self._generate(model, texts, do_sample=False)
+        new_tokens = self._generate(model, texts)
         completion_ids, completions, truncated = [], [], []
         for row_tokens in new_tokens:
             text, ids, cut = self._decode(row_tokens)

@@ -305,6 +305,7 @@ class GRPOTrainer:
                 max_new_tokens=config.generation_max_new_tokens or config.max_completion_length,
                 is_main_process=trainer.is_world_process_zero(), pass_k=config.eval_pass_k,
                 temperature=config.temperature, held_out=held_out)
+            self.generation_logger.trainer = trainer  # its engine (if any) decodes the logs, as in training
             if training:
                 trainer.add_callback(self.generation_logger)
         if training:

@@ -58,6 +58,8 @@ def main(
     vllm_server_port: Annotated[int | None, _opt("vllm_server_port", PANEL_MODEL, "--vllm-server-port")] = None,
     generation_engine: Annotated[Literal["auto", "transformers", "llama_cpp", "vllm"] | None,
                                  _opt("generation_engine", PANEL_MODEL, "--generation-engine")] = None,
+    generation_threads: Annotated[int | None,
+                                  _opt("generation_threads", PANEL_MODEL, "--generation-threads")] = None,
     # ---- Data
     dataset: Annotated[str | None, _opt("dataset", PANEL_DATA, "--dataset", "-d")] = None,
     dataset_path: Annotated[str | None, _opt("dataset_path", PANEL_DATA, "--dataset-path")] = None,
@@ -147,7 +149,8 @@ def main(
         flags = {
             "model_name": model, "load_in_4bit": load_in_4bit, "lora_r": lora_r, "backend": backend,
             "use_vllm": use_vllm, "vllm_mode": vllm_mode, "vllm_server_host": vllm_server_host,
-            "vllm_server_port": vllm_server_port, "generation_engine": generation_engine, "streaming": streaming,
+            "vllm_server_port": vllm_server_port, "generation_engine": generation_engine,
+            "generation_threads": generation_threads, "streaming": streaming,
             "dataset": dataset, "dataset_path": dataset_path, "custom_data": custom_data,
             "max_samples": max_samples, "system_prompt": system_prompt, "prompt_field": prompt_field,
             "answer_field": answer_field, "chosen_field": chosen_field, "rejected_field": rejected_field,

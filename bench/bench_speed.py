@@ -4,6 +4,10 @@ machine drift cancels.
     .venv/bin/python bench/bench_speed.py --rounds 3 --steps 4            # the BENCHMARKS.md numbers
     .venv/bin/python bench/bench_speed.py --rounds 1 --steps 1            # the CI smoke check
     .venv/bin/python bench/bench_speed.py --engine llama_cpp              # our side on the llama_cpp engine
+    .venv/bin/python bench/bench_speed.py --plain-fp32                    # the plain script in float32 (see below)
+
+The plain script uses TRL's defaults, bf16 included. On a CPU without bf16 units (AVX2-only) torch emulates bf16 and
+our CLI (Unsloth) computes in float32 instead, so there the fair baseline is `--plain-fp32`; report both.
 
 Per-step times come from TRL's own `step_time` metric in each run's trainer_state.json (generation + scoring +
 backward of one optimizer step, excluding model load); the first step of each run is reported but left out of the
@@ -49,7 +53,8 @@ def ours(out: str, a) -> list[str]:
 
 def plain(out: str, a) -> list[str]:
     return [sys.executable, "bench/plain_trl_grpo.py", out, "--steps", str(a.steps), "--batch", str(a.batch),
-            "--generations", str(a.generations), "--completion-length", str(a.completion_length), "--seed", str(a.seed)]
+            "--generations", str(a.generations), "--completion-length", str(a.completion_length), "--seed", str(a.seed),
+            *(["--fp32"] if a.plain_fp32 else [])]
 
 
 # Per-phase seconds our trainer logs (trl_trainer.py / engines/trl_hook.py); the plain script has none of them.
@@ -76,6 +81,9 @@ def main() -> None:
     parser.add_argument("--engine", default="auto", choices=["auto", "transformers", "llama_cpp"],
                         help="our side's generation_engine (auto = llama_cpp where it is built)")
     parser.add_argument("--ours-args", nargs="*", default=[], help="extra train_grpo.py arguments for our side")
+    parser.add_argument("--plain-fp32", action="store_true",
+                        help="the plain script in float32 (our side's dtype on a CPU without bf16 units) instead of "
+                             "TRL's bf16 default")
     a = parser.parse_args()
     results = {name: {"steps": [], "tokens": [], "rss": [], "wall": [], "phases": {p: [] for p in PHASES}}
                for name in ("ours", "plain")}
@@ -97,7 +105,7 @@ def main() -> None:
         tokens_per_s = statistics.mean(r["tokens"]) * a.batch / median
         rows[name] = median
         print(f"{name:<6} step time median {median:.2f} s (min {min(r['steps']):.2f}, max {max(r['steps']):.2f}, "
-              f"n={len(r['steps'])}); completion tokens/s {tokens_per_s:.1f}; peak RSS {max(r['rss']):.0f} MiB; "
+              f"n={len(r['steps'])}); completion tokens/s {tokens_per_s:.1f}; peak RSS {max(r['rss']):.0f} MiB (per run {', '.join(f'{x:.0f}' for x in r['rss'])}); "
               f"wall per run {statistics.median(r['wall']):.1f} s")
         for phase, values in r["phases"].items():
             if values:

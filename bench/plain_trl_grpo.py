@@ -6,6 +6,7 @@ machine: TRL 1.15 computes GRPO log-probs with a Triton-only fused LM-head kerne
 unsloth_zoo's torch implementation (the fix our own transformers fallback uses too); nothing else changes.
 
     python bench/plain_trl_grpo.py OUTPUT_DIR --steps 4 --batch 8 --generations 4 --completion-length 24 --seed 42
+    python bench/plain_trl_grpo.py OUTPUT_DIR --fp32   # float32, as our CLI runs on a CPU without bf16 units
 """
 
 import argparse
@@ -24,6 +25,9 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--completion-length", type=int, default=24)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--fp32", action="store_true",
+                        help="float32 weights and compute instead of TRL's bf16 default: what our CLI (Unsloth) runs "
+                             "on a CPU without bf16 units, where bf16 is emulated and several times slower")
     args = parser.parse_args()
 
     import torch
@@ -57,6 +61,7 @@ def main() -> None:
         output_dir=args.output_dir, per_device_train_batch_size=args.batch, num_generations=args.generations,
         max_completion_length=args.completion_length, max_steps=args.steps, learning_rate=2e-5, seed=args.seed,
         logging_steps=1, save_strategy="no", report_to="none", beta=0.0, use_cpu=not torch.cuda.is_available(),
+        **({"bf16": False, "model_init_kwargs": {"dtype": torch.float32}} if args.fp32 else {}),
     )
     trainer = GRPOTrainer(
         model=str(embedded_model_dir()), reward_funcs=accuracy, args=config, train_dataset=dataset,

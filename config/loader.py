@@ -480,7 +480,8 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
         if getattr(config, name) <= 0:
             raise UsageError(f"'{name}' must be a positive number, not {getattr(config, name)}.")
     non_negative = ("max_samples", "max_eval_samples", "eval_steps", "save_steps", "save_total_limit",
-                    "max_prompt_length", "generation_max_new_tokens", "max_lora_rank", "eval_pass_k")
+                    "max_prompt_length", "generation_max_new_tokens", "max_lora_rank", "eval_pass_k",
+                    "generation_threads")
     for name in non_negative:
         if getattr(config, name) < 0:
             raise UsageError(f"'{name}' must be 0 or more, not {getattr(config, name)}.")

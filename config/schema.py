@@ -90,6 +90,12 @@ class GRPORunConfig:
         "LoRA pushed in after every step), 'vllm' (GPU), or 'auto' (the log says which and why).",
         PANEL_MODEL,
     )
+    generation_threads: int = _f(
+        0,
+        "CPU threads of the llama_cpp engine; 0 = torch's thread count (generation and training never overlap). "
+        "Use fewer on cores other busy processes share: llama.cpp's threads wait on each other at every op.",
+        PANEL_MODEL,
+    )
 
     use_vllm: bool = _f(
         False, "Generate with vLLM (GPU only; needs vllm): a `trl vllm-serve` server or colocated in-process.",
