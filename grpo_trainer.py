@@ -206,6 +206,11 @@ class GRPOTrainer:
 
         config, report, args = self.config, self.data_report, trainer.args
         engine = getattr(self, "engine_choice", None) or ("transformers", "")
+        running = getattr(self, "generation_engine", None)
+        if running is not None:
+            engine = (f"{engine[0]}, {running.threads} threads", engine[1])
+        elif engine[0] == "llama_cpp":  # it could not start: the warning above says why
+            engine = ("transformers", "llama_cpp could not start")
         dropped = sum(n for reasons in report.dropped.values() for n in reasons.values())
         per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
         steps = args.max_steps if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"

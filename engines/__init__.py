@@ -116,8 +116,7 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
         return "transformers", "auto: CPU, llama-cpp-python not installed (`make llama-cpp` builds it)"
     if not supported_arch:
         return "transformers", f"auto: CPU, but llama_cpp does not support {architecture}"
-    weights = ", sampling from the dequantised 4-bit weights" if load_in_4bit else ""
-    return "llama_cpp", f"auto: CPU and llama-cpp-python {_version('llama_cpp_python')} installed{weights}"
+    return "llama_cpp", f"auto: CPU, llama-cpp-python {_version('llama_cpp_python')}"
 
 
 def _version(dist: str) -> str:

@@ -28,6 +28,8 @@ log = logging.getLogger("grpo")
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: larger calls are split into chunks of whole prompts
 GGML_LOG_LEVEL_ERROR = 3
 _log_callback = None  # kept referenced: llama.cpp calls it for the life of the process
+# Tokenizer quirks llama.cpp reports at error level while loading a GGUF; they affect its own text tokenizer only.
+HARMLESS_LOAD_NOTES = ("newline token not found", "was not control-type; this is probably a bug in the model")
 
 
 def _llama():
@@ -35,12 +37,16 @@ def _llama():
 
     global _log_callback
     if _log_callback is None:
-        # llama.cpp logs every tensor and vocabulary quirk at load (SmolLM2's GGUF: two harmless vocabulary notes);
-        # only its errors reach the terminal.
+        # llama.cpp logs every tensor and vocabulary quirk at load; only its errors reach the terminal, except two
+        # vocabulary notes it logs at error level for SmolLM2's GGUF that do not concern us (the engine is fed token
+        # ids, never text): they go to the log file.
         @llama_cpp.llama_log_callback
         def errors_only(level, text, _user_data):
             if level == GGML_LOG_LEVEL_ERROR:
-                log.error("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+                message = text.decode("utf-8", "replace").rstrip()
+                harmless = any(note in message for note in HARMLESS_LOAD_NOTES)
+                log.log(logging.INFO if harmless else logging.ERROR, "llama.cpp: %s", message,
+                        extra={"file_only": harmless})
 
         _log_callback = errors_only
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))

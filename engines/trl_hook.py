@@ -233,7 +233,7 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
         return engine
     threads = engine_threads(config.generation_threads, torch.get_num_threads())
     if name != "llama_cpp":
-        log.info("Generation engine: %s (%s)", name, reason)
+        log.info("Generation engine: %s (%s)", name, reason, extra={"file_only": True})
         return None
     completions = max(config.per_device_train_batch_size * config.gradient_accumulation_steps,
                       config.per_device_eval_batch_size)
@@ -260,5 +260,9 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
         log.warning("Generation engine: transformers (llama_cpp could not start: %s)", why)
         return None
     trainer.generation_engine = engine
-    log.info("Generation engine: llama_cpp, %d threads, %s (%s)", threads, engine.gguf_path.name, reason)
+    weights = "the dequantised 4-bit weights" if "-nf4-" in engine.gguf_path.name or "-fp4-" in engine.gguf_path.name \
+        else "the base weights"
+    # file only: the run header shows the engine line on the console
+    log.info("Generation engine: llama_cpp, %d threads, sampling %s from %s (%s)", threads, weights,
+             engine.gguf_path.name, reason, extra={"file_only": True})
     return engine
