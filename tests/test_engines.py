@@ -417,3 +417,63 @@ def test_importance_sampling_in_the_loss_pass_matches_trls_separate_pass(tmp_pat
     assert any(h["reward_std"] > 0 for h in theirs)
     for name, weight in their_lora.items():
         torch.testing.assert_close(our_lora[name], weight, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_generation_logs_decode_through_the_engine(tmp_path, monkeypatch):
+    """The greedy generation log (and pass@k's samples) of a run with the llama_cpp engine are the engine's output,
+    with the trainer's current adapter pushed first, not transformers' generate."""
+    pytest.importorskip("llama_cpp")
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoTokenizer, LlamaForCausalLM
+    from trl import GRPOConfig
+
+    from callbacks import GenerationLogger
+    from engines.llama_cpp_engine import LlamaCppEngine
+    from model_loader import import_backend
+    from rewards import parse_reward_config
+    from trl_trainer import TRLGRPOTrainer
+
+    import_backend("transformers")
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
+    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = get_peft_model(LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32), LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    _set_lora_b(model, seed=3, scale=0.2)
+    rows = [{"prompt": [{"role": "user", "content": f"What is {a} + {b}?"}], "answer": str(a + b)}
+            for a, b in ((1, 2), (3, 4), (5, 1))]
+    trainer = TRLGRPOTrainer(
+        model=model, processing_class=tokenizer, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+                        max_completion_length=8, report_to="none", use_cpu=True, bf16=False,
+                        gradient_checkpointing=False), train_dataset=Dataset.from_list(rows * 4))
+    engine = trainer.generation_engine = LlamaCppEngine.from_model_dir(model_dir, threads=1, max_sequences=12,
+                                                                         max_context=1024)
+    try:
+        logger = GenerationLogger(rows, tokenizer, parse_reward_config({"accuracy_weight": 1.0}, "test"),
+                                  tmp_path / "logs", max_new_tokens=8, pass_k=4, temperature=1.0)
+        logger.trainer = trainer
+        summary = logger.log_generations(trainer.model, 0)
+        assert engine.pushes == 1 and summary is not None and "pass@4" in summary  # the adapter went in first
+        entries = json.loads((tmp_path / "logs" / "generation_log_step_0.json").read_text())
+        prompt_ids = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True,
+                                                    return_dict=False) for r in rows]
+        greedy, _ = engine.generate([list(p) for p in prompt_ids], 1, SamplingParams(
+            max_tokens=8, greedy=True, eos_token_ids=tuple(trainer.eos_token_ids)))
+        for entry, ids in zip(entries, greedy, strict=True):
+            assert entry["generated"] == tokenizer.decode([t for t in ids if t not in trainer.eos_token_ids],
+                                                          skip_special_tokens=True)
+    finally:
+        engine.close()
+
+
+def test_generation_threads():
+    from engines.trl_hook import engine_threads
+    from grpo_trainer import GRPOConfig
+
+    assert engine_threads(0, torch_threads=2) == 2 and engine_threads(1, torch_threads=2) == 1
+    assert GRPOConfig(generation_threads=1).generation_threads == 1
+    with pytest.raises(UsageError, match="'generation_threads' must be 0 or more"):
+        GRPOConfig(generation_threads=-1)
