@@ -17,9 +17,11 @@ def _run(*args, timeout=900):
 
 
 def test_learning_benchmark_tiny_mode():
-    out = _run("bench/bench_learning.py", "--seeds", "5", "--tiny")
+    out = _run("bench/bench_learning.py", "--seeds", "5", "--tiny", "--eval-every", "1")
     (result,) = json.loads(out.strip().splitlines()[-1])
     assert result["steps"] == 1 and result["eval_prompts"] == 4
+    # step 1 was logged; it reached the gain or not, and the training time to it is counted only if it did
+    assert (result["gain_step"], result["seconds_to_gain"] is None) in ((1, False), (None, True))
     assert 0.0 <= result["before"] <= 1.0 and 0.0 <= result["after"] <= 1.0
 
 
