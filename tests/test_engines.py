@@ -239,7 +239,7 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Generation engine: {engine}" in (out / "grpo_training.log").read_text()  # the log names it and why
-    assert f"engine   {engine}" in result.stdout  # and so does the run header
+    assert f"engine   {engine}" in result.stdout + result.stderr  # and so does the run header
     assert "ERROR" not in result.stdout + result.stderr  # llama.cpp's harmless vocabulary notes stay in the log
 
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
