@@ -342,8 +342,10 @@ def test_auto_falls_back_to_transformers_when_llama_cpp_cannot_run_the_settings(
     auto = subprocess.run([*base, "--output-dir", str(tmp_path / "auto")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=1800)
     assert auto.returncode == 0, auto.stderr[-3000:]
-    warnings = [line for line in (auto.stdout + auto.stderr).splitlines() if "llama_cpp could not start" in line]
-    assert len(warnings) == 1 and "repetition_penalty=1.1" in warnings[0], auto.stderr[-2000:]
+    warnings = [line for line in (auto.stdout + auto.stderr).splitlines() if "WARNING Generation engine" in line]
+    assert len(warnings) == 1 and "llama_cpp could not start" in warnings[0], auto.stderr[-2000:]
+    assert "repetition_penalty=1.1" in warnings[0]
+    assert "engine   transformers (llama_cpp could not start)" in auto.stderr  # the header says what runs
     named = subprocess.run([*base, "--output-dir", str(tmp_path / "named"), "--generation-engine", "llama_cpp"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert named.returncode == 2
