@@ -209,8 +209,6 @@ class GRPOTrainer:
         running = getattr(self, "generation_engine", None)
         if running is not None:
             engine = (f"{engine[0]}, {running.threads} threads", engine[1])
-        elif engine[0] == "llama_cpp":  # it could not start: the warning above says why
-            engine = ("transformers", "llama_cpp could not start")
         dropped = sum(n for reasons in report.dropped.values() for n in reasons.values())
         per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
         steps = args.max_steps if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
@@ -288,8 +286,8 @@ class GRPOTrainer:
         from engines.trl_hook import attach_engine  # [engines] the chosen generation engine, kept across trainers
         from model_loader import model_path
 
-        self.generation_engine = attach_engine(trainer, config, self.engine_choice, model_path(config.model_name),
-                                               getattr(self, "generation_engine", None))
+        self.generation_engine, self.engine_choice = attach_engine(
+            trainer, config, self.engine_choice, model_path(config.model_name), getattr(self, "generation_engine", None))
         trainer.add_callback(LogLinesCallback())
         if training:
             trainer.add_callback(LearningSignalCheck())

@@ -73,6 +73,7 @@ class LlamaCppEngine:
         self._ctx_sequences = self._ctx_cells = 0
         self._adapter = None
         self._lora_dir = tempfile.mkdtemp(prefix="grpo-lora-")
+        self.weights = "the weights in the GGUF"  # what it samples from (from_model_dir says which)
         self.pushes = 0
         self.push_seconds = 0.0
         self._ensure_context(max_sequences, max_context)
@@ -90,15 +91,16 @@ class LlamaCppEngine:
 
         from .gguf_export import base_gguf, dequantized_gguf, quantized_weights, remove_stale_exports
 
-        if trainer_model is not None and quantized_weights(trainer_model):
-            path = dequantized_gguf(trainer_model, model_dir, cache_dir())
-        else:
-            path = base_gguf(model_dir, cache_dir())
+        dequantised = trainer_model is not None and bool(quantized_weights(trainer_model))
+        path = dequantized_gguf(trainer_model, model_dir, cache_dir()) if dequantised else base_gguf(model_dir,
+                                                                                                      cache_dir())
         remove_stale_exports(cache_dir(), path)
         config = json.loads((Path(model_dir) / "config.json").read_text())
-        return cls(path, config["architectures"][0], config["num_attention_heads"],
-                   config.get("num_key_value_heads") or config["num_attention_heads"], threads, max_sequences,
-                   max_context)
+        engine = cls(path, config["architectures"][0], config["num_attention_heads"],
+                     config.get("num_key_value_heads") or config["num_attention_heads"], threads, max_sequences,
+                     max_context)
+        engine.weights = "the dequantised 4-bit weights" if dequantised else "the base weights"
+        return engine
 
     def _ensure_context(self, sequences: int, cells: int) -> None:
         """A context with room for `sequences` sequences and `cells` KV cells (grown, never shrunk)."""

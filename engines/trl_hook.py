@@ -219,7 +219,8 @@ def engine_threads(requested: int, torch_threads: int) -> int:
 
 def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engine=None):
     """Hand the chosen engine to the trainer, building it unless `engine` (one built for an earlier trainer of the
-    same run) is given; log engine, threads and why in one line. Returns the engine (None = TRL's own path).
+    same run) is given; log engine, threads and why in one line. Returns (the engine or None for TRL's own path,
+    the (name, reason) that really runs).
 
     An engine that fails to start on 'auto' falls back to transformers with a one-line warning; an explicit choice
     raises (UsageError names the fix)."""
@@ -230,11 +231,11 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
     name, reason = choice
     if engine is not None:
         trainer.generation_engine = engine
-        return engine
+        return engine, choice
     threads = engine_threads(config.generation_threads, torch.get_num_threads())
     if name != "llama_cpp":
         log.info("Generation engine: %s (%s)", name, reason, extra={"file_only": True})
-        return None
+        return None, choice
     completions = max(config.per_device_train_batch_size * config.gradient_accumulation_steps,
                       config.per_device_eval_batch_size)
     from . import EngineSetup
@@ -258,11 +259,9 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
             raise UsageError(f"the llama_cpp engine could not start ({why}); use --generation-engine transformers."
                              ) from err
         log.warning("Generation engine: transformers (llama_cpp could not start: %s)", why)
-        return None
+        return None, ("transformers", "llama_cpp could not start")  # later trainers of the run do not retry
     trainer.generation_engine = engine
-    weights = "the dequantised 4-bit weights" if "-nf4-" in engine.gguf_path.name or "-fp4-" in engine.gguf_path.name \
-        else "the base weights"
     # file only: the run header shows the engine line on the console
-    log.info("Generation engine: llama_cpp, %d threads, sampling %s from %s (%s)", threads, weights,
+    log.info("Generation engine: llama_cpp, %d threads, sampling %s from %s (%s)", threads, engine.weights,
              engine.gguf_path.name, reason, extra={"file_only": True})
-    return engine
+    return engine, choice

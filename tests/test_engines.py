@@ -235,7 +235,8 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
     result = subprocess.run(
         [sys.executable, "train_grpo.py", "--quick-test", "--output-dir", str(out), "--set", "max_steps=1",
          "--set", f"generation_engine={engine}", "--disable-generation-logging", "--set", "save_steps=0",
-         "--set", "max_eval_samples=2"],  # the final evaluation: 2 prompts x 4 completions, one batch
+         "--set", "max_eval_samples=2",  # the final evaluation: 2 prompts x 4 completions, one batch
+         "--generation-threads", "1"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Generation engine: {engine}" in (out / "grpo_training.log").read_text()  # the log names it and why
@@ -246,6 +247,7 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
     step = next(h for h in history if "step_time" in h)
     assert step["completions/mean_length"] > 0
     if engine == "llama_cpp":
+        assert "engine   llama_cpp, 1 threads" in result.stderr  # --generation-threads reached the engine
         # TRL's importance-sampling correction ran on the engine's log-probs; the mismatch is f16-small
         assert 0 <= step["sampling/sampling_logp_difference/mean"] < 0.1
 
