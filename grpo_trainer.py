@@ -162,7 +162,7 @@ class GRPOTrainer:
         from engines.trl_hook import resolve_engine  # [engines] before the load: choosing vllm changes how it loads
 
         self.engine_choice = resolve_engine(self.config, self.backend, torch.cuda.is_available())
-        self.model, self.tokenizer = load_model(self.config, self.backend)
+        self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0])
         log.info("Backend: %s (torch %s, %s); model %s loaded in %.1f s", self.backend, torch.__version__,
                  "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads",
                  self.config.model_name, time.perf_counter() - started)

@@ -481,3 +481,48 @@ def test_generation_threads():
     assert GRPOConfig(generation_threads=1).generation_threads == 1
     with pytest.raises(UsageError, match="'generation_threads' must be 0 or more"):
         GRPOConfig(generation_threads=-1)
+
+
+# ---- the trainer's own copy of the weights when llama_cpp samples ---------------------------------------------------
+FROZEN_BF16_PROBE = r"""
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+from model_loader import import_backend, load_model
+import_backend("unsloth")
+import torch
+from config.loader import build_config
+
+config = build_config(preset="quick_test", overrides=["load_in_4bit=false"])
+ids = torch.tensor([[1, 504, 3158, 314, 216, 34, 1232, 216, 35, 47]])
+out = {}
+for engine in ("llama_cpp", "transformers"):
+    model, _ = load_model(config, "unsloth", engine)
+    layer = model.get_base_model().model.layers[0]
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, -1]
+    out[engine] = {"q_proj": str(layer.self_attn.q_proj.base_layer.weight.dtype),
+                   "down_proj": str(layer.mlp.down_proj.base_layer.weight.dtype),
+                   "embed": str(model.get_input_embeddings().weight.dtype),
+                   "lora": str(layer.self_attn.q_proj.lora_A["default"].weight.dtype),
+                   "env_after": os.environ.get("UNSLOTH_CPU_FROZEN_BF16"), "logits": logits.tolist()}
+print("PROBE " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_llama_cpp_runs_keep_the_frozen_projections_in_bf16():
+    """With llama_cpp sampling, the trainer keeps the frozen projections as stored (bf16) and computes in float32:
+    the same logits as the float32 load the transformers engine gets, bit for bit, in half the memory."""
+    result = subprocess.run([sys.executable, "-c", FROZEN_BF16_PROBE], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
+    assert line, (result.stdout + result.stderr)[-3000:]
+    probe = json.loads(line[len("PROBE "):])
+    llama, plain = probe["llama_cpp"], probe["transformers"]
+    assert (llama["q_proj"], llama["down_proj"]) == ("torch.bfloat16", "torch.bfloat16")
+    if plain["q_proj"] == "torch.float32":  # a CPU without bf16 units (AVX2): Unsloth computes in float32
+        assert plain["down_proj"] == llama["embed"] == llama["lora"] == "torch.float32"  # trained or summed: fp32
+    # (with bf16 units, e.g. AMX, Unsloth trains in bf16 anyway and both loads are the same)
+    assert llama["embed"] == plain["embed"]
+    assert llama["env_after"] is None  # the setting does not leak into a later load
+    assert llama["logits"] == plain["logits"]
