@@ -29,13 +29,16 @@ from config.errors import UsageError
 log = logging.getLogger("grpo")
 
 # transformers architecture -> (GGUF architecture name, whether llama.cpp's converter permutes q/k rows). Each one is
-# tested (tests/test_engines.py: the embedded SmolLM2, tiny random Qwen2/Qwen3 checkpoints): exported GGUF plus pushed
-# LoRA against the PEFT model's logits. Anything else falls back to transformers ('auto') or is refused. Gemma 3 is
-# not listed yet: no Gemma tokenizer is available offline here, so no test could convert one.
+# tested (tests/test_engines.py: the embedded SmolLM2, tiny random Qwen2/Qwen3/Gemma2/Gemma3 checkpoints): exported
+# GGUF plus pushed LoRA against the PEFT model's logits. Anything else falls back to transformers ('auto') or is
+# refused. Gemma's converter reads the SentencePiece `tokenizer.model` its checkpoints ship. (Gemma 3 here is the
+# text-only Gemma3ForCausalLM, e.g. gemma-3-1b; the multimodal checkpoints nest the language model elsewhere.)
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": ("llama", True),
     "Qwen2ForCausalLM": ("qwen2", False),
     "Qwen3ForCausalLM": ("qwen3", False),
+    "Gemma2ForCausalLM": ("gemma2", False),
+    "Gemma3ForCausalLM": ("gemma3", False),
 }
 
 # PEFT target module -> GGUF tensor name inside block N.

@@ -26,10 +26,10 @@ from .sampling import sample_rows, sequence_rngs
 log = logging.getLogger("grpo")
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: larger calls are split into chunks of whole prompts
-GGML_LOG_LEVEL_ERROR = 3
+# ggml.h's enum ggml_log_level (llama-cpp-python's _logger.py comment has an older numbering)
+GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 3, 4, 5
 _log_callback = None  # kept referenced: llama.cpp calls it for the life of the process
-# Tokenizer quirks llama.cpp reports at error level while loading a GGUF; they affect its own text tokenizer only.
-HARMLESS_LOAD_NOTES = ("newline token not found", "was not control-type; this is probably a bug in the model")
+_last_level = [0]  # a CONT message continues the previous one's level
 
 
 def _llama():
@@ -37,16 +37,18 @@ def _llama():
 
     global _log_callback
     if _log_callback is None:
-        # llama.cpp logs every tensor and vocabulary quirk at load; only its errors reach the terminal, except two
-        # vocabulary notes it logs at error level for SmolLM2's GGUF that do not concern us (the engine is fed token
-        # ids, never text): they go to the log file.
+        # llama.cpp logs every tensor and vocabulary quirk at load. Its errors reach the terminal; its warnings go
+        # to the log file (at load they are notes about its own text tokenizer, which the engine never uses: it is
+        # fed token ids, or about its cache layout, e.g. Gemma's full-size sliding-window cache); the rest is dropped.
         @llama_cpp.llama_log_callback
         def errors_only(level, text, _user_data):
-            if level == GGML_LOG_LEVEL_ERROR:
-                message = text.decode("utf-8", "replace").rstrip()
-                harmless = any(note in message for note in HARMLESS_LOAD_NOTES)
-                log.log(logging.INFO if harmless else logging.ERROR, "llama.cpp: %s", message,
-                        extra={"file_only": harmless})
+            level = _last_level[0] if level == GGML_LOG_LEVEL_CONT else level
+            _last_level[0] = level
+            message = text.decode("utf-8", "replace").rstrip()
+            if level == GGML_LOG_LEVEL_ERROR and message:
+                log.error("llama.cpp: %s", message)
+            elif level == GGML_LOG_LEVEL_WARN and message:
+                log.warning("llama.cpp: %s", message, extra={"file_only": True})
 
         _log_callback = errors_only
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))

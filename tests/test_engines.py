@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import GSM8K_FILE, ROOT
 
 from config.errors import UsageError
 from engines import SamplingParams, choose_engine, vllm_kwargs
@@ -40,7 +40,7 @@ def test_choose_engine(monkeypatch, requested, cuda, llama, vllm, expected):
 @pytest.mark.parametrize("requested, cuda, llama, vllm, arch, message", [
     ("llama_cpp", False, False, False, "LlamaForCausalLM", "make llama-cpp"),
     ("llama_cpp", True, True, False, "LlamaForCausalLM", "CPU engine"),
-    ("llama_cpp", False, True, False, "Gemma2ForCausalLM", "not Gemma2ForCausalLM"),
+    ("llama_cpp", False, True, False, "Phi3ForCausalLM", "not Phi3ForCausalLM"),
     ("vllm", False, False, True, "LlamaForCausalLM", "needs a CUDA GPU"),
     ("vllm", True, False, False, "LlamaForCausalLM", "pip install vllm"),
 ])
@@ -66,8 +66,8 @@ def test_auto_falls_back_for_an_unsupported_architecture(monkeypatch):
     import engines
 
     monkeypatch.setattr(engines, "llama_cpp_available", lambda: True)
-    name, reason = choose_engine("auto", cuda=False, backend="unsloth", architecture="Gemma2ForCausalLM")
-    assert name == "transformers" and "Gemma2ForCausalLM" in reason
+    name, reason = choose_engine("auto", cuda=False, backend="unsloth", architecture="Phi3ForCausalLM")
+    assert name == "transformers" and "Phi3ForCausalLM" in reason
 
 
 def test_vllm_kwargs():
@@ -258,8 +258,9 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atte
 
 
 def _tiny_model_dir(root, architecture):
-    """A randomly initialised `architecture` checkpoint with the embedded model's tokenizer (the converter needs a
-    tokenizer it knows; SmolLM2's is one), saved as safetensors like a hub download."""
+    """A randomly initialised `architecture` checkpoint saved as safetensors like a hub download, with a tokenizer the
+    converter reads: the embedded model's (a BPE vocabulary llama.cpp knows) for Llama/Qwen, a SentencePiece model
+    trained here on GSM8K questions for Gemma (whose checkpoints ship a SentencePiece `tokenizer.model`)."""
     import shutil
 
     import torch
@@ -267,16 +268,29 @@ def _tiny_model_dir(root, architecture):
 
     from model_loader import embedded_model_dir
 
-    embedded = embedded_model_dir()
+    gemma = architecture.startswith("Gemma")
     config_class = {"LlamaForCausalLM": "LlamaConfig", "Qwen2ForCausalLM": "Qwen2Config",
-                    "Qwen3ForCausalLM": "Qwen3Config"}[architecture]
-    config = getattr(transformers, config_class)(vocab_size=49152, bos_token_id=1, eos_token_id=2, pad_token_id=2,
-                                                 **TINY)
+                    "Qwen3ForCausalLM": "Qwen3Config", "Gemma2ForCausalLM": "Gemma2Config",
+                    "Gemma3ForCausalLM": "Gemma3TextConfig"}[architecture]
+    tokens = dict(vocab_size=512, pad_token_id=0, eos_token_id=1, bos_token_id=2) if gemma else dict(
+        vocab_size=49152, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    # llama.cpp scales Gemma's attention by 1/sqrt(head_dim), as every released Gemma's query_pre_attn_scalar does
+    extra = dict(query_pre_attn_scalar=TINY["head_dim"], sliding_window=256) if gemma else {}
+    config = getattr(transformers, config_class)(**tokens, **extra, **TINY)
     config.architectures = [architecture]
     torch.manual_seed(0)
     model = getattr(transformers, architecture)(config).to(torch.float32)
+    if gemma:  # random norm weights: Gemma's norms compute x * (1 + w), which the converter folds in
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "norm" in name:
+                    param.normal_(0, 0.1)
     target = root / architecture
     model.save_pretrained(target)
+    if gemma:
+        _write_sentencepiece(target / "tokenizer.model", tokens["vocab_size"])
+        return target, model
+    embedded = embedded_model_dir()
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
         if (embedded / name).exists():
             shutil.copy(embedded / name, target / name)
@@ -290,7 +304,23 @@ def _tiny_model_dir(root, architecture):
     return target, model
 
 
-@pytest.mark.parametrize("architecture", ["Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def _write_sentencepiece(path, vocab_size):
+    """A small BPE SentencePiece model with Gemma's special ids (pad 0, eos 1, bos 2, unk 3)."""
+    import io
+
+    import sentencepiece
+
+    questions = [json.loads(line)["question"] for line in
+                 GSM8K_FILE.read_text().splitlines()[:400]]
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(questions), model_writer=model, vocab_size=vocab_size, model_type="bpe",
+        pad_id=0, eos_id=1, bos_id=2, unk_id=3, byte_fallback=True, minloglevel=2)
+    path.write_bytes(model.getvalue())
+
+
+@pytest.mark.parametrize("architecture", ["Qwen2ForCausalLM", "Qwen3ForCausalLM", "Gemma2ForCausalLM",
+                                          "Gemma3ForCausalLM"])
 def test_export_and_lora_push_for_other_architectures(tmp_path, monkeypatch, architecture):
     """Any supported architecture, not only the embedded Llama: the exported GGUF plus the pushed LoRA give the PEFT
     model's last-token logits (the issue's bar: within 0.05)."""
@@ -308,7 +338,8 @@ def test_export_and_lora_push_for_other_architectures(tmp_path, monkeypatch, arc
     engine = LlamaCppEngine.from_model_dir(model_dir, threads=torch.get_num_threads(), max_sequences=4,
                                            max_context=256)
     try:
-        prompt = [1, 504, 3458, 314, 216, 34, 30, 36, 47, 2]
+        prompt = [2, 50, 60, 70, 80, 90, 100, 110] if architecture.startswith("Gemma") else [
+            1, 504, 3458, 314, 216, 34, 30, 36, 47, 2]
         with model.disable_adapter():
             base = _peft_logits(model, prompt)
         engine.push_adapter(model)  # LoRA B is zero at init: the base model's logits
