@@ -34,3 +34,14 @@ def test_speed_benchmark_one_step():
 def test_rewards_and_data_benchmarks_run():
     assert "balanced" in _run("bench/bench_rewards.py")
     assert "second run" in _run("bench/bench_data.py")
+
+
+def test_rss_timeline_places_and_splits_the_peak(tmp_path):
+    """A child that holds 200 MB of anonymous memory for a moment: the peak is seen, and counted as anonymous."""
+    timeline = tmp_path / "timeline.tsv"
+    out = _run("bench/rss_timeline.py", "--out", str(timeline), "--", sys.executable, "-c",
+               "import time; block = bytearray(200 * 2**20); time.sleep(0.5)")
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["exit_code"] == 0 and summary["samples"] >= 3
+    assert summary["peak_rss_mib"] >= 200 and summary["anon_mib"] >= 200
+    assert timeline.read_text().splitlines()[0].split("\t") == ["seconds", "VmRSS", "RssAnon", "RssFile"]
