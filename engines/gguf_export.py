@@ -168,6 +168,11 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
         for extra in model_dir.iterdir():  # config, tokenizer, chat template: everything but the weights
             if extra.is_file() and extra.suffix != ".safetensors" and not extra.name.endswith(".index.json"):
                 (scratch / extra.name).write_bytes(extra.read_bytes())
+        # A pre-quantized checkpoint (`…-bnb-4bit`) says so in config.json, and llama.cpp's converter refuses
+        # bitsandbytes; what it converts here is plain floats.
+        config = json.loads((scratch / "config.json").read_text())
+        if config.pop("quantization_config", None) is not None:
+            (scratch / "config.json").write_text(json.dumps(config, indent=2))
         save_file(weights, str(scratch / "model.safetensors"))
         del weights
         return _convert(scratch, target)

@@ -557,3 +557,38 @@ def test_llama_cpp_runs_keep_the_frozen_projections_in_bf16():
     assert llama["embed"] == plain["embed"]
     assert llama["env_after"] is None  # the setting does not leak into a later load
     assert llama["logits"] == plain["logits"]
+
+
+def test_a_4bit_base_is_exported_dequantised_even_from_a_prequantized_checkpoint(tmp_path, monkeypatch):
+    """A 4-bit trainer: the engine samples from the dequantised NF4 weights the trainer scores with (its logits within
+    0.05 of the 4-bit PEFT model's), also when config.json carries a bitsandbytes `quantization_config` (the
+    `…-bnb-4bit` checkpoints), which llama.cpp's converter refuses: the export holds plain floats, so it is dropped."""
+    pytest.importorskip("llama_cpp")
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from engines.llama_cpp_engine import LlamaCppEngine
+
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
+    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                      bnb_4bit_compute_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, quantization_config=quantization, dtype=torch.float32)
+    saved = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**saved, "quantization_config": {
+        "quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}}))
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"],
+                                             task_type="CAUSAL_LM"))
+    model.eval()
+    _set_lora_b(model, seed=2, scale=0.2)
+    engine = LlamaCppEngine.from_model_dir(model_dir, threads=torch.get_num_threads(), max_sequences=2,
+                                           max_context=64, trainer_model=model)
+    try:
+        assert engine.weights == "the dequantised 4-bit weights"
+        engine.push_adapter(model)
+        prompt = [1, 504, 3458, 314, 216, 34, 30, 36, 47, 2]
+        got, want = engine.prompt_logits(prompt), _peft_logits(model, prompt)
+        assert np.abs(got - want).max() < 0.05, np.abs(got - want).max()
+    finally:
+        engine.close()
