@@ -171,8 +171,8 @@ def unsloth_kwargs(config, cuda: bool = False) -> dict:
 
 
 @contextlib.contextmanager
-def frozen_weights_in_bf16(config, backend: str, engine: str, cuda: bool):
-    """16-bit LoRA on a CPU with the llama_cpp engine: let Unsloth keep the frozen projections in bfloat16.
+def frozen_weights_in_bf16(config, engine: str, cuda: bool):
+    """Unsloth, 16-bit LoRA on a CPU with the llama_cpp engine: let Unsloth keep the frozen projections in bfloat16.
 
     On a CPU without bf16 units Unsloth trains in float32 and upcasts a bf16 checkpoint: 4 bytes per frozen weight.
     Its opt-in `UNSLOTH_CPU_FROZEN_BF16=1` keeps the attention / MLP projections as stored (bf16, read from the
@@ -181,7 +181,7 @@ def frozen_weights_in_bf16(config, backend: str, engine: str, cuda: bool):
     memory, ~200 MB more mmapped file pages) at the same step time, but every decode step of transformers'
     `generate` would pay the upcast again (+40 % generation time), so only with llama_cpp, which samples from its
     own copy. A user's own setting wins."""
-    wanted = (backend == "unsloth" and not cuda and engine == "llama_cpp" and not config.load_in_4bit
+    wanted = (not cuda and engine == "llama_cpp" and not config.load_in_4bit
               and "UNSLOTH_CPU_FROZEN_BF16" not in os.environ)
     if wanted:
         os.environ["UNSLOTH_CPU_FROZEN_BF16"] = "1"
@@ -211,7 +211,7 @@ def load_model(config, backend: str, engine: str = "transformers"):
         if backend == "unsloth":
             from unsloth import FastLanguageModel
 
-            with frozen_weights_in_bf16(config, backend, engine, cuda):
+            with frozen_weights_in_bf16(config, engine, cuda):
                 model, tokenizer = FastLanguageModel.from_pretrained(path, **unsloth_kwargs(config, cuda))
             model = FastLanguageModel.get_peft_model(
                 model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,

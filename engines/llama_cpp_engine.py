@@ -41,7 +41,7 @@ def _llama():
         # to the log file (at load they are notes about its own text tokenizer, which the engine never uses: it is
         # fed token ids, or about its cache layout, e.g. Gemma's full-size sliding-window cache); the rest is dropped.
         @llama_cpp.llama_log_callback
-        def errors_only(level, text, _user_data):
+        def route(level, text, _user_data):
             level = _last_level[0] if level == GGML_LOG_LEVEL_CONT else level
             _last_level[0] = level
             message = text.decode("utf-8", "replace").rstrip()
@@ -50,7 +50,7 @@ def _llama():
             elif level == GGML_LOG_LEVEL_WARN and message:
                 log.warning("llama.cpp: %s", message, extra={"file_only": True})
 
-        _log_callback = errors_only
+        _log_callback = route
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
     return llama_cpp
