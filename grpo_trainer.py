@@ -341,9 +341,10 @@ class GRPOTrainer:
             raise Interrupted(
                 f"{stop.signal_name} at step {trainer.state.global_step}: checkpoint saved to {checkpoint}. Resume "
                 f"with the same command plus --resume-from-checkpoint {checkpoint} (or 'latest').", stop.exit_code)
-        # Every rank says where it ended, so a multi-process run shows that all ranks agree.
+        # Every rank says where it ended, so a multi-process run shows that all ranks agree (one process: the log
+        # file only; the summary below says the step).
         log.info("rank %d of %d finished at global step %d", trainer.args.process_index, trainer.args.world_size,
-                 trainer.state.global_step)
+                 trainer.state.global_step, extra={"file_only": trainer.args.world_size == 1})
         return summary
 
     def _finish(self, trainer, train_result, train_seconds) -> dict[str, Any]:
