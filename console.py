@@ -125,20 +125,22 @@ def _install_tqdm_hook(module) -> None:
     set_hook(hook)
 
 
-def _after_import(name: str, callback) -> None:
-    """Run `callback(module)` now if `name` is imported, else right after it is (once)."""
+def _after_import(name: str, callback, before=None) -> None:
+    """Run `callback(module)` now if `name` is imported, else right after it is (once). `before()`, if given, runs
+    just before the module executes and returns what to call once it has (see _markdown_placeholder)."""
     if name in sys.modules:
         callback(sys.modules[name])
     elif not any(isinstance(finder, _AfterImport) and finder.name == name for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, callback))
+        sys.meta_path.insert(0, _AfterImport(name, callback, before))
 
 
 class _AfterImport:
     """A sys.meta_path finder that runs `callback(module)` right after one named module has been executed."""
 
-    def __init__(self, name: str, callback):
+    def __init__(self, name: str, callback, before=None):
         self.name = name
         self.callback = callback
+        self.before = before
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self.name:
@@ -150,10 +152,15 @@ class _AfterImport:
         if spec is None or spec.loader is None:
             return spec
         original_exec = spec.loader.exec_module
-        callback = self.callback
+        callback, before = self.callback, self.before
 
         def exec_module(module):
-            original_exec(module)
+            after = before() if before is not None else None
+            try:
+                original_exec(module)
+            finally:
+                if after is not None:
+                    after()
             try:
                 callback(module)
             except Exception:  # noqa: BLE001 - a cosmetic hook must never break an import
@@ -510,7 +517,33 @@ def whole_option_names_in_help() -> None:
     that column, folds long type lists, and gives the help text the rest. Command tables are left alone.
     Call once when building the app; calling again is harmless. typer.rich_utils (Rich's tables, ~0.1 s) is only
     imported when help or an error is rendered, so the patch waits for that import instead of forcing it."""
-    _after_import("typer.rich_utils", _patch_typer_tables)
+    _after_import("typer.rich_utils", _patch_typer_tables, before=_markdown_placeholder)
+
+
+def _markdown_placeholder():
+    """typer.rich_utils imports rich.markdown (markdown-it: ~45 ms, a tenth of --help) for `rich_markup_mode=
+    "markdown"`, which this app does not use. While it imports, lend it a placeholder module whose `Markdown` builds
+    the real one on first use; returns what removes the placeholder again, so any later import gets the real module."""
+    import types
+
+    if "rich.markdown" in sys.modules:
+        return None
+
+    class Markdown:
+        def __new__(cls, *args, **kwargs):
+            from rich.markdown import Markdown as real  # the placeholder is gone by then: the real module loads
+
+            return real(*args, **kwargs)
+
+    placeholder = types.ModuleType("rich.markdown")
+    placeholder.Markdown = Markdown
+    sys.modules["rich.markdown"] = placeholder
+
+    def remove():
+        if sys.modules.get("rich.markdown") is placeholder:
+            del sys.modules["rich.markdown"]
+
+    return remove
 
 
 def _patch_typer_tables(rich_utils) -> None:
