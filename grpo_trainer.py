@@ -455,6 +455,11 @@ class GRPOTrainer:
             self.tokenizer.save_pretrained(str(out))
             verify_adapter(out)
             if self.config.save_merged:
+                engine = getattr(self, "generation_engine", None)
+                if hasattr(engine, "unshare_weights"):
+                    # the trainer's own bf16 weights back: Unsloth then merges them in float32 exactly as in a run
+                    # without the engine, and no merge can write into the engine's read-only mapping
+                    engine.unshare_weights()
                 save_merged(self.model, self.tokenizer, out / "merged_16bit")
         return out
 

@@ -5,6 +5,12 @@ Each distinct prompt is decoded once, its tokens carrying the ids of all the seq
 `batched` example); then every decode step is one batch with one token per unfinished sequence. Logits are read with
 `llama_get_logits_ith` and sampled in numpy (engines/sampling.py), which gives each token's log-prob and seeded,
 reproducible samples. The model file is mmapped (no copy of the weights in Python); the LoRA is a few MB.
+
+One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits and upcasts them per
+matmul (Unsloth's bf16-stored Linear, see model_loader.frozen_weights_in_bf16), `share_weights` points them at the
+f16 tensors in llama.cpp's own read-only mapping of the GGUF, after checking each one holds the same values; the
+trainer's mmapped checkpoint is then released. `unshare_weights` (before a merge writes into the base weights, and
+before the engine frees its model) gives the trainer its own copies back.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +36,8 @@ log = logging.getLogger("grpo")
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: larger calls are split into chunks of whole prompts
 # ggml.h's enum ggml_log_level (llama-cpp-python's _logger.py comment has an older numbering)
 GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 3, 4, 5
+_PROJECTION = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)(?:\.base_layer)?$")
+GGML_TYPE_F16 = 1
 _log_callback = None  # kept referenced: llama.cpp calls it for the life of the process
 _last_level = [0]  # a CONT message continues the previous one's level
 
@@ -56,6 +66,56 @@ def _llama():
     return llama_cpp
 
 
+class _GGUFInitParams(ctypes.Structure):
+    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
+
+
+def gguf_tensor_table(path: str | Path) -> dict[str, tuple[int, int, int]]:
+    """name -> (absolute file offset, bytes, ggml type) of every tensor in a GGUF, read by ggml's own parser (gguf-py's
+    GGUFReader takes ~2.3 s on SmolLM2's file, walking its 49k-token vocabulary in Python; this takes milliseconds)."""
+    from llama_cpp._ggml import libggml as lib  # libggml-base's gguf_* API, reachable through libggml
+
+    lib.gguf_init_from_file.restype = ctypes.c_void_p
+    lib.gguf_init_from_file.argtypes = [ctypes.c_char_p, _GGUFInitParams]
+    for name, restype in (("gguf_get_n_tensors", ctypes.c_int64), ("gguf_get_data_offset", ctypes.c_size_t)):
+        getattr(lib, name).restype, getattr(lib, name).argtypes = restype, [ctypes.c_void_p]
+    for name, restype in (("gguf_get_tensor_name", ctypes.c_char_p), ("gguf_get_tensor_offset", ctypes.c_size_t),
+                          ("gguf_get_tensor_size", ctypes.c_size_t), ("gguf_get_tensor_type", ctypes.c_int)):
+        getattr(lib, name).restype, getattr(lib, name).argtypes = restype, [ctypes.c_void_p, ctypes.c_int64]
+    lib.gguf_free.argtypes = [ctypes.c_void_p]
+    ctx = lib.gguf_init_from_file(str(path).encode(), _GGUFInitParams(True, None))
+    if not ctx:
+        raise RuntimeError(f"ggml could not read the GGUF header of {path}")
+    try:
+        base = lib.gguf_get_data_offset(ctx)
+        return {lib.gguf_get_tensor_name(ctx, i).decode(): (base + lib.gguf_get_tensor_offset(ctx, i),
+                                                             lib.gguf_get_tensor_size(ctx, i),
+                                                             lib.gguf_get_tensor_type(ctx, i))
+                for i in range(lib.gguf_get_n_tensors(ctx))}
+    finally:
+        lib.gguf_free(ctx)
+
+
+MADV_DONTNEED = 4
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes, libc.madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return libc
+
+
+def _whole_pages(tensors) -> list[tuple[int, int]]:
+    """(address, length) of the whole pages inside each (address, bytes, type) tensor."""
+    ranges = []
+    for address, size, _ in tensors:
+        start, end = -(-address // PAGE) * PAGE, (address + size) // PAGE * PAGE
+        if end > start:
+            ranges.append((start, end - start))
+    return ranges
+
+
 class LlamaCppEngine:
     name = "llama_cpp"
 
@@ -76,9 +136,12 @@ class LlamaCppEngine:
         self._adapter = None
         self._lora_dir = tempfile.mkdtemp(prefix="grpo-lora-")
         self.weights = "the weights in the GGUF"  # what it samples from (from_model_dir says which)
+        self._shared: list = []  # trainer modules whose weight is a view of this engine's mapping
+        self._map_tensors()  # and _idle_pages: (address, length) of mapped weights only the engine reads
         self.pushes = 0
         self.push_seconds = 0.0
         self._ensure_context(max_sequences, max_context)
+        self.release_idle_pages()  # loading read them all; the first generation reads back what it needs
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, threads: int, max_sequences: int = 8, max_context: int = 512,
@@ -102,7 +165,103 @@ class LlamaCppEngine:
                      config.get("num_key_value_heads") or config["num_attention_heads"], threads, max_sequences,
                      max_context)
         engine.weights = "the dequantised 4-bit weights" if dequantised else "the base weights"
+        if trainer_model is not None and not dequantised:
+            engine.share_weights(trainer_model)
         return engine
+
+    def _mapping(self) -> tuple[int, int, int] | None:
+        """(address, file offset, length) of llama.cpp's mmap of the GGUF in this process (Linux; it maps from the
+        page holding the first tensor's data), or None: not mmapped, or not knowable."""
+        target = os.path.realpath(self.gguf_path)
+        try:
+            maps = open("/proc/self/maps").read().splitlines()
+        except OSError:
+            return None
+        found = []
+        for line in maps:
+            fields = line.split(None, 5)
+            if len(fields) == 6 and fields[5] == target:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                found.append((start, int(fields[2], 16), end - start))
+        return found[0] if len(found) == 1 else None
+
+    def _map_tensors(self) -> None:
+        """Where each tensor of the GGUF lies in this process: {name: (address, bytes, ggml type)}, empty when the
+        mapping is not knowable (then nothing is shared or released)."""
+        self._tensors, self._idle_pages = {}, []
+        mapping = self._mapping()
+        if mapping is None:
+            return
+        address, mapped_from, mapped_length = mapping
+        self._tensors = {name: (address + offset - mapped_from, size, kind)
+                         for name, (offset, size, kind) in gguf_tensor_table(self.gguf_path).items()
+                         if mapped_from <= offset and offset + size <= mapped_from + mapped_length}
+        self._idle_pages = _whole_pages(self._tensors.values())
+
+    def share_weights(self, model) -> int:
+        """Make the trainer's frozen 16-bit projections views of the engine's f16 tensors; returns how many.
+
+        Only Unsloth's bf16-stored Linear qualifies (it upcasts its weight per matmul, whatever its 16-bit dtype);
+        each candidate must hold the same values (f16 keeps every bf16 value down to 2^-24, and llama.cpp's
+        converter reorders Llama's q/k rows, which fails this and keeps the trainer's copy). Unshared ones become
+        the trainer's own copies so that the checkpoint's mapping can go."""
+        import torch
+
+        try:
+            from unsloth_zoo.cpu.ops import Bf16StoredLinear
+        except ImportError:
+            return 0
+        from .gguf_export import LORA_TENSOR_NAMES
+
+        candidates = [(name, module) for name, module in model.named_modules()
+                      if isinstance(module, Bf16StoredLinear) and module.weight.dtype == torch.bfloat16
+                      and not module.weight.requires_grad]
+        if not candidates or not self._tensors:
+            return 0
+        shared_names = set()
+        for name, module in candidates:
+            match = _PROJECTION.search(name)
+            weight, view = module.weight, None
+            tensor = f"blk.{match.group(1)}.{LORA_TENSOR_NAMES[match.group(2)]}.weight" \
+                if match and match.group(2) in LORA_TENSOR_NAMES else ""
+            address, size, kind = self._tensors.get(tensor, (0, 0, -1))
+            if kind == GGML_TYPE_F16 and size == weight.numel() * 2:
+                raw = (ctypes.c_uint8 * size).from_address(address)
+                view = torch.frombuffer(raw, dtype=torch.float16).view(weight.shape)
+                # every 8th row: a reordering (Llama's q/k) or another tensor shows in any of them, at 1/8 of the
+                # time of reading both copies whole
+                gap = (view[::8].float() - weight[::8].float()).abs().max()
+                if not bool(torch.isfinite(gap)) or gap > 2.0**-24:
+                    view = None
+            if view is not None:
+                shared_names.add(tensor)
+                self._shared.append(module)
+            else:
+                view = weight.detach().clone()  # the trainer's own copy, off the checkpoint's mapping
+            module.weight = torch.nn.Parameter(view, requires_grad=False)
+        self._idle_pages = _whole_pages(t for name, t in self._tensors.items() if name not in shared_names)
+        if self._shared:
+            shared_bytes = sum(self._tensors[name][1] for name in shared_names)
+            log.info("llama_cpp engine: the trainer computes with the engine's copy of %d of %d frozen projections "
+                     "(%.0f MB not held twice)", len(self._shared), len(candidates), shared_bytes / 2**20,
+                     extra={"file_only": True})
+        return len(self._shared)
+
+    def unshare_weights(self) -> None:
+        """Give the trainer its own (bf16, as loaded) copies of the weights it shares with the engine."""
+        import torch
+
+        for module in self._shared:
+            module.weight = torch.nn.Parameter(module.weight.detach().to(torch.bfloat16), requires_grad=False)
+        self._shared = []
+        self._idle_pages = _whole_pages(self._tensors.values())
+
+    def release_idle_pages(self) -> None:
+        """Drop the mapped weights only the engine reads from this process's resident memory until it next
+        generates (madvise MADV_DONTNEED on a read-only file mapping: they fault back in from the page cache,
+        unchanged; measured: no change in generation time). Training then runs without them."""
+        for address, length in self._idle_pages:
+            _libc().madvise(address, length, MADV_DONTNEED)
 
     def _ensure_context(self, sequences: int, cells: int) -> None:
         """A context with room for `sequences` sequences and `cells` KV cells (grown, never shrunk)."""
@@ -172,6 +331,7 @@ class LlamaCppEngine:
                                             rngs[start * n:(start + per_chunk) * n])
             completions += ids
             logprobs += lps
+        self.release_idle_pages()
         return completions, logprobs
 
     def _generate_chunk(self, prompts, n, sampling: SamplingParams, rngs):
@@ -256,6 +416,8 @@ class LlamaCppEngine:
     def close(self) -> None:
         if getattr(self, "_L", None) is None:
             return
+        if self._shared:
+            self.unshare_weights()  # before the mapping they view goes away
         self._free_context()
         if self._adapter is not None:
             self._L.llama_adapter_lora_free(self._adapter)
@@ -268,6 +430,8 @@ class LlamaCppEngine:
         self._L = None
 
     def __del__(self):
+        if sys.is_finalizing():
+            return  # the process is ending: the OS frees it all, no need to copy shared weights out first
         try:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down ctypes already

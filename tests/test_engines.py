@@ -236,7 +236,10 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
         [sys.executable, "train_grpo.py", "--quick-test", "--output-dir", str(out), "--set", "max_steps=1",
          "--set", f"generation_engine={engine}", "--disable-generation-logging", "--set", "save_steps=0",
          "--set", "max_eval_samples=2",  # the final evaluation: 2 prompts x 4 completions, one batch
-         "--generation-threads", "1"],
+         "--generation-threads", "1",
+         # llama_cpp: 16-bit, where the trainer computes with the engine's copy of the weights, and a merge at the
+         # end that must not write into the engine's read-only mapping (4-bit: test_e2e's runs)
+         *(["--no-4bit", "--save-merged"] if engine == "llama_cpp" else [])],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Generation engine: {engine}" in (out / "grpo_training.log").read_text()  # the log names it and why
@@ -250,6 +253,25 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
         assert "engine   llama_cpp, 1 threads" in result.stderr  # --generation-threads reached the engine
         # TRL's importance-sampling correction ran on the engine's log-probs; the mismatch is f16-small
         assert 0 <= step["sampling/sampling_logp_difference/mean"] < 0.1
+        log = (out / "grpo_training.log").read_text()
+        assert "the trainer computes with the engine's copy of 150 of 210 frozen projections" in log
+        _check_merged(out)
+
+
+def _check_merged(out):
+    """The merged model is the base plus the saved adapter (bf16 rounding apart)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from model_loader import embedded_model_dir
+
+    ids = torch.tensor([[1, 504, 3158, 314, 216, 34, 1232, 216, 35, 47]])
+    with torch.no_grad():
+        merged = AutoModelForCausalLM.from_pretrained(out / "merged_16bit", dtype=torch.float32)(ids).logits[0, -1]
+        base = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32)
+        adapted = PeftModel.from_pretrained(base, out)(ids).logits[0, -1]
+    assert (merged - adapted).abs().max() < 0.1, (merged - adapted).abs().max()
 
 
 # ---- other architectures: tiny random Qwen checkpoints saved locally ------------------------------------------------
@@ -557,6 +579,88 @@ def test_llama_cpp_runs_keep_the_frozen_projections_in_bf16():
     assert llama["embed"] == plain["embed"]
     assert llama["env_after"] is None  # the setting does not leak into a later load
     assert llama["logits"] == plain["logits"]
+
+
+SHARE_PROBE = r"""
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+from model_loader import embedded_model_dir, import_backend, load_model
+import_backend("unsloth")
+import torch
+from config.loader import build_config
+from engines import SamplingParams
+from engines.llama_cpp_engine import LlamaCppEngine
+
+def mapped(path):
+    return sum(path in line for line in open("/proc/self/maps"))
+
+def resident_mib(path):  # this process's resident pages of the file's mapping
+    out, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+            inside = line.rstrip().endswith(path)
+        elif inside and line.startswith("Rss:"):
+            out += int(line.split()[1])
+    return out / 1024
+
+config = build_config(preset="quick_test", overrides=["load_in_4bit=false"])
+model, tokenizer = load_model(config, "unsloth", "llama_cpp")
+layer = model.get_base_model().model.layers[0]
+ids = torch.tensor([[1, 504, 3158, 314, 216, 34, 1232, 216, 35, 47]])
+with torch.no_grad():
+    before = model(input_ids=ids).logits[0, -1]
+checkpoint = str(embedded_model_dir() / "model.safetensors")
+out = {"checkpoint_mapped_before": mapped(checkpoint)}
+engine = LlamaCppEngine.from_model_dir(embedded_model_dir(), threads=torch.get_num_threads(), trainer_model=model)
+gguf = os.path.realpath(engine.gguf_path)
+start, _, length = engine._mapping()
+down = layer.mlp.down_proj.base_layer.weight
+out.update(shared=len(engine._shared), checkpoint_mapped_after=mapped(checkpoint),
+           down_dtype=str(down.dtype), down_in_engine=start <= down.data_ptr() < start + length,
+           q_in_engine=start <= layer.self_attn.q_proj.base_layer.weight.data_ptr() < start + length)
+with torch.no_grad():
+    out["shared_logits_gap"] = (model(input_ids=ids).logits[0, -1] - before).abs().max().item()
+model.train()  # a backward through the shared weights reaches the LoRA
+loss = model(input_ids=ids, labels=ids).loss
+loss.backward()
+out["lora_grad"] = layer.mlp.down_proj.lora_B["default"].weight.grad.abs().sum().item()
+model.eval()
+prompt = ids[0].tolist()
+params = SamplingParams(max_tokens=8, temperature=0.8, eos_token_ids=(tokenizer.eos_token_id,), seed=5)
+first = engine.generate([prompt], 4, params)
+out["resident_after_generate"] = resident_mib(gguf)
+out["same_after_release"] = engine.generate([prompt], 4, params) == first
+out["shared_mib"] = sum(engine._tensors[name][1] for name in engine._tensors if ".attn_q." not in name
+                        and ".attn_k." not in name and ("ffn_" in name or ".attn_" in name) and "norm" not in name) / 2**20
+out["file_mib"] = os.path.getsize(gguf) / 2**20
+engine.close()  # gives the trainer its own copies back before the mapping goes
+with torch.no_grad():
+    out["after_close_gap"] = (model(input_ids=ids).logits[0, -1] - before).abs().max().item()
+out["down_dtype_after_close"] = str(layer.mlp.down_proj.base_layer.weight.dtype)
+print("PROBE " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_the_trainer_computes_with_the_engines_copy_of_the_weights():
+    """16-bit with llama_cpp: one copy of the frozen weights. The trainer's projections become views of the f16
+    tensors in llama.cpp's mapping (same values: same logits), its mmapped checkpoint goes, and between generations
+    the tensors only the engine reads leave the resident set; closing the engine hands the trainer its copies back."""
+    pytest.importorskip("llama_cpp")
+    result = subprocess.run([sys.executable, "-c", SHARE_PROBE], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
+    assert line, (result.stdout + result.stderr)[-3000:]
+    probe = json.loads(line[len("PROBE "):])
+    assert probe["shared"] == 150  # v, o, gate, up, down x 30 layers; q/k rows are reordered in the GGUF
+    assert probe["down_dtype"] == "torch.float16" and probe["down_in_engine"] and not probe["q_in_engine"]
+    assert probe["checkpoint_mapped_before"] >= 1 and probe["checkpoint_mapped_after"] == 0
+    assert probe["shared_logits_gap"] < 1e-4  # f16 holds the bf16 checkpoint's values (bit-identical here)
+    assert probe["lora_grad"] > 0
+    # after a generation only the shared tensors stay resident: not token_embd, q/k or the norms
+    assert probe["resident_after_generate"] <= probe["shared_mib"] + 2 < probe["file_mib"] - 50, probe
+    assert probe["same_after_release"]  # dropped pages come back unchanged
+    assert probe["after_close_gap"] < 1e-4 and probe["down_dtype_after_close"] == "torch.bfloat16"
 
 
 def test_a_4bit_base_is_exported_dequantised_even_from_a_prequantized_checkpoint(tmp_path, monkeypatch):
