@@ -9,13 +9,15 @@ reproducible samples. The model file is mmapped (no copy of the weights in Pytho
 One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits and upcasts them per
 matmul (Unsloth's bf16-stored Linear, see model_loader.frozen_weights_in_bf16), `share_weights` points them at the
 f16 tensors in llama.cpp's own read-only mapping of the GGUF, after checking each one holds the same values; the
-trainer's mmapped checkpoint is then released. `unshare_weights` (before a merge writes into the base weights, and
-before the engine frees its model) gives the trainer its own copies back.
+trainer's mmapped checkpoint is then released. `unshare_weights` (before a merge, and before the engine frees its
+model) gives the trainer its own copies back: nothing may write into a read-only mapping. Between generations,
+`release_idle_pages` drops the tensors only the engine reads from the resident set.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -100,6 +102,7 @@ MADV_DONTNEED = 4
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+@functools.cache
 def _libc():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes, libc.madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
