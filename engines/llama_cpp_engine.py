@@ -196,8 +196,14 @@ class LlamaCppEngine:
         if mapping is None:
             return
         address, mapped_from, mapped_length = mapping
+        try:
+            table = gguf_tensor_table(self.gguf_path)
+        except (OSError, AttributeError, RuntimeError) as err:  # a libggml without the gguf API: an optimisation lost
+            log.warning("llama_cpp engine: cannot locate the GGUF's tensors (%s); weights not shared", err,
+                        extra={"file_only": True})
+            return
         self._tensors = {name: (address + offset - mapped_from, size, kind)
-                         for name, (offset, size, kind) in gguf_tensor_table(self.gguf_path).items()
+                         for name, (offset, size, kind) in table.items()
                          if mapped_from <= offset and offset + size <= mapped_from + mapped_length}
         self._idle_pages = _whole_pages(self._tensors.values())
 
