@@ -46,7 +46,8 @@ LORA_TENSOR_NAMES = {
     "q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
     "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down",
 }
-_LORA_MODULE = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)$")
+# A projection module inside block N (a PEFT LoRA layer, or its `.base_layer`): (N, projection name).
+PROJECTION_MODULE = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)(?:\.base_layer)?$")
 
 CONVERTER_ENV = "GRPO_LLAMA_CONVERTER"  # a directory holding convert_hf_to_gguf.py (overrides the default place)
 
@@ -201,7 +202,7 @@ def lora_tensors(model, architecture: str, n_head: int, n_kv_head: int):
         adapter = module.active_adapters[0] if hasattr(module, "active_adapters") else "default"
         if adapter not in module.lora_A:
             continue
-        match = _LORA_MODULE.search(name)
+        match = PROJECTION_MODULE.search(name)
         if match is None or match.group(2) not in LORA_TENSOR_NAMES:
             raise UsageError(f"llama_cpp engine: LoRA on {name} has no llama.cpp equivalent (supported targets: "
                              f"{', '.join(LORA_TENSOR_NAMES)}); use --set generation_engine=transformers.")

@@ -20,7 +20,6 @@ import ctypes
 import functools
 import logging
 import os
-import re
 import sys
 import tempfile
 import time
@@ -38,7 +37,6 @@ log = logging.getLogger("grpo")
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: larger calls are split into chunks of whole prompts
 # ggml.h's enum ggml_log_level (llama-cpp-python's _logger.py comment has an older numbering)
 GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 3, 4, 5
-_PROJECTION = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)(?:\.base_layer)?$")
 GGML_TYPE_F16 = 1
 _log_callback = None  # kept referenced: llama.cpp calls it for the life of the process
 _last_level = [0]  # a CONT message continues the previous one's level
@@ -220,7 +218,7 @@ class LlamaCppEngine:
             from unsloth_zoo.cpu.ops import Bf16StoredLinear
         except ImportError:
             return 0
-        from .gguf_export import LORA_TENSOR_NAMES
+        from .gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE
 
         candidates = [(name, module) for name, module in model.named_modules()
                       if isinstance(module, Bf16StoredLinear) and module.weight.dtype == torch.bfloat16
@@ -229,7 +227,7 @@ class LlamaCppEngine:
             return 0
         shared_names = set()
         for name, module in candidates:
-            match = _PROJECTION.search(name)
+            match = PROJECTION_MODULE.search(name)
             weight, view = module.weight, None
             tensor = f"blk.{match.group(1)}.{LORA_TENSOR_NAMES[match.group(2)]}.weight" \
                 if match and match.group(2) in LORA_TENSOR_NAMES else ""
