@@ -233,6 +233,13 @@ def load_model(config, backend: str, engine: str = "transformers"):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     contiguous_lm_head_input(model)
+    if not cuda and not gc:
+        # No activation checkpointing on a CPU: the loss pass keeps every saved tensor, so save fewer copies.
+        import activation_memory
+
+        changed = activation_memory.apply(model)
+        if changed:
+            log.info("Leaner saved activations: %s", "; ".join(changed), extra={"file_only": True})
     return model, tokenizer
 
 

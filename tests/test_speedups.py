@@ -201,7 +201,8 @@ def test_load_model_picks_eager_attention_and_feeds_the_lm_head_contiguous_rows(
 
     config = build_config(preset="quick_test", flags={"model_name": str(tiny_model_dir), "load_in_4bit": False})
     model, tokenizer = load_model(config, "transformers")
-    assert model.config._attn_implementation == "eager"  # CPU, 128 + 10 tokens
+    # CPU, 128 + 10 tokens: eager attention, in its grouped-query form (activation_memory.py)
+    assert model.config._attn_implementation == "grpo_eager_gqa"
     ids, mask, _, _ = _batch(tokenizer)
 
     def head_inputs_during_generate(model):
@@ -216,3 +217,69 @@ def test_load_model_picks_eager_attention_and_feeds_the_lm_head_contiguous_rows(
     assert len(ours) == 3 and all(x.is_contiguous() and x.shape[:2] == (8, 1) for x in ours)
     plain = head_inputs_during_generate(_lora_model(tiny_model_dir))  # the same model without our hook
     assert not plain[0].is_contiguous()  # transformers' strided last-position view, which our hook copies
+
+
+def _tiny_gemma2_dir(tmp_path, tokenizer_dir):
+    """A tiny random Gemma 2: grouped K/V heads, soft-capped attention scores, a GELU-gated MLP."""
+    import torch
+    from transformers import AutoTokenizer, Gemma2Config, Gemma2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                          attn_logit_softcapping=50.0, final_logit_softcapping=None, sliding_window=8,
+                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                          bos_token_id=tokenizer.bos_token_id)
+    Gemma2ForCausalLM(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_leaner_saved_activations_give_the_same_logps_and_gradients(tiny_model_dir, tmp_path, arch):
+    """activation_memory.apply: grouped-query eager attention and the checkpointed act(gate) * up give TRL's
+    shared-prompt log-prob pass the same values and LoRA gradients, and autograd keeps less: no repeated K/V heads
+    and no act(gate) output among the saved tensors."""
+    import torch
+
+    import activation_memory
+    from trl_trainer import TRLGRPOTrainer as GRPOTrainer
+
+    path = tiny_model_dir if arch == "llama" else _tiny_gemma2_dir(tmp_path / "gemma2", tiny_model_dir)
+    results = {}
+    for lean in (False, True):
+        model = _lora_model(path, attn="eager", random_b=True)
+        if lean:
+            changed = activation_memory.apply(model)
+            assert model.config._attn_implementation == activation_memory.ATTENTION
+            assert "act(gate) recomputed in backward in 2 MLPs" in changed
+        trainer = _trainer(GRPOTrainer, model, path, tmp_path / f"out-{lean}")
+        trainer.share_prompts = True
+        ids, mask, completion_mask, keep = _batch(trainer.processing_class)
+        saved = {}
+
+        def pack(t, saved=saved):
+            saved.setdefault(t.untyped_storage().data_ptr(), (tuple(t.shape), t.untyped_storage().nbytes()))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logps, entropies, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep,
+                                                                             compute_entropy=True)
+        ((logps * completion_mask).sum() / completion_mask.sum()).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        results[lean] = (logps.detach(), entropies.detach(), grads, saved)
+    (lp, ent, grads, saved), (lp_lean, ent_lean, grads_lean, saved_lean) = results[False], results[True]
+    scored = completion_mask.bool()
+    torch.testing.assert_close(lp_lean[scored], lp[scored], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent_lean[scored], ent[scored], rtol=1e-5, atol=1e-5)
+    for name, grad in grads.items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(grads_lean[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    # What autograd kept: repeat_kv's copies are [8 rows * 4 heads, ...] in eager attention's batched matmuls;
+    # the grouped form keeps [8 rows * 2 K/V heads, ...]; act(gate) is one [8, 13, 128] tensor per MLP.
+    heads_rows = [shape for shape, _ in saved.values() if len(shape) == 3 and shape[0] == 8 * 4]
+    assert heads_rows and not [s for s, _ in saved_lean.values() if len(s) == 3 and s[0] == 8 * 4 and s[-1] != 16]
+    mlp_wide = lambda s: sum(1 for shape, _ in s.values() if shape == (8, keep + 1, 128))  # noqa: E731
+    assert mlp_wide(saved_lean) == mlp_wide(saved) - 2  # one fewer per layer: act(gate)
+    assert sum(b for _, b in saved_lean.values()) < sum(b for _, b in saved.values())
