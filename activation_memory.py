@@ -9,8 +9,10 @@ and each change below gives the same forward values and gradients (up to float r
   (`[B, kv_heads, groups * L, D] @ K^T`) multiplies the same numbers and saves the cache's own K/V. SmolLM2 (9 query,
   3 K/V heads): 83 of the 440 MiB the bench step saved.
 - **Gated MLP: act(gate) recomputed in backward.** `act(gate) * up` saves gate (for act's backward), act(gate) and
-  up (for the product's); checkpointing just that product keeps gate and up and recomputes one elementwise act in
-  backward: 50 MiB on the bench step.
+  up (for the product's), and down_proj's LoRA saves the product again (its A matrix's input). Checkpointing the
+  product, and the adapter's A and B together with it, keeps gate and up only; the backward recomputes one
+  elementwise act(gate) * up and one rank-r product. The frozen base matmul runs once, as before: 100 MiB on the
+  bench step.
 - **LM-head chunks.** Unsloth's CPU log-prob kernel scores completion tokens in row chunks of
   `UNSLOTH_CPU_CE_CHUNK_ELEMENTS` / vocab rows (341 rows for a 49k vocabulary). Each chunk's logits and softmax
   (2 x rows x vocab floats) exist at the end of the forward, when every activation is alive: 78 MB on the bench step.
@@ -66,14 +68,41 @@ def _act_times_up(act, gate, up):
     return act(gate) * up
 
 
+def _adapter_of_act_times_up(act, lora_A, lora_B, scaling, gate, up):
+    return lora_B(lora_A(act(gate) * up)) * scaling
+
+
+def _plain_lora(layer, dtype):
+    """(lora_A, lora_B, scaling) when `layer` is a PEFT LoRA Linear computing base(x) + B(A(x)) * scaling with one
+    active plain adapter (no dropout, DoRA or merge, no input cast); else None."""
+    import torch
+
+    if not hasattr(layer, "lora_A") or not hasattr(layer, "base_layer") or layer.disable_adapters or layer.merged:
+        return None
+    active = [name for name in layer.active_adapters if name in layer.lora_A]
+    if len(active) != 1 or active[0] in getattr(layer, "lora_variant", {}):
+        return None
+    name = active[0]
+    if not isinstance(layer.lora_dropout[name], torch.nn.Identity) or layer.lora_A[name].weight.dtype != dtype:
+        return None
+    return layer.lora_A[name], layer.lora_B[name], layer.scaling[name]
+
+
 def gated_mlp_forward(self, x):
-    """`down(act(gate(x)) * up(x))` with the product checkpointed: its backward recomputes act(gate)."""
+    """`down(act(gate(x)) * up(x))` keeping only gate and up for backward: the product is checkpointed (its backward
+    recomputes act(gate)), and with a plain LoRA on down_proj its base layer (which keeps only its frozen weight)
+    and its adapter (checkpointed with the product) are called apart, so the product itself is not kept either."""
     from torch.utils.checkpoint import checkpoint
 
     gate, up = self.gate_proj(x), self.up_proj(x)
     if not (gate.requires_grad or up.requires_grad):
         return self.down_proj(self.act_fn(gate) * up)
-    return self.down_proj(checkpoint(_act_times_up, self.act_fn, gate, up, use_reentrant=False))
+    product = checkpoint(_act_times_up, self.act_fn, gate, up, use_reentrant=False)
+    lora = _plain_lora(self.down_proj, product.dtype)
+    if lora is None:
+        return self.down_proj(product)
+    return self.down_proj.base_layer(product) + checkpoint(_adapter_of_act_times_up, self.act_fn, *lora, gate, up,
+                                                           use_reentrant=False)
 
 
 def register_attention() -> None:

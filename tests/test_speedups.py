@@ -282,4 +282,7 @@ def test_leaner_saved_activations_give_the_same_logps_and_gradients(tiny_model_d
     assert heads_rows and not [s for s, _ in saved_lean.values() if len(s) == 3 and s[0] == 8 * 4 and s[-1] != 16]
     mlp_wide = lambda s: sum(1 for shape, _ in s.values() if shape == (8, keep + 1, 128))  # noqa: E731
     assert mlp_wide(saved_lean) == mlp_wide(saved) - 2  # one fewer per layer: act(gate)
+    # and down_proj's adapter no longer keeps its input, the product act(gate) * up, as [rows * tokens, 128]
+    products = lambda s: sum(1 for shape, _ in s.values() if shape == (8 * (keep + 1), 128))  # noqa: E731
+    assert products(saved) == 2 and products(saved_lean) == 0
     assert sum(b for _, b in saved_lean.values()) < sum(b for _, b in saved.values())
