@@ -15,7 +15,7 @@ from conftest import GSM8K_FILE, ROOT
 
 from config.errors import UsageError
 from engines import SamplingParams, choose_engine, vllm_kwargs
-from engines.sampling import log_softmax, sample_rows, sequence_rngs
+from engines.sampling import sample_rows, sequence_rngs
 
 
 # ---- choosing an engine ---------------------------------------------------------------------------------------------
@@ -94,7 +94,9 @@ def test_sampling_is_seeded_and_logprobs_are_temperature_scaled():
     a, lp_a = sample_rows(logits, params, sequence_rngs(5, 4))
     b, lp_b = sample_rows(logits, params, sequence_rngs(5, 4))
     assert (a == b).all() and np.allclose(lp_a, lp_b)
-    expected = log_softmax(logits / 0.7)[np.arange(4), a]
+    import torch
+
+    expected = torch.log_softmax(torch.from_numpy(logits) / 0.7, -1).numpy()[np.arange(4), a]
     assert np.allclose(lp_a, expected, atol=1e-5)
     draws = {tuple(sample_rows(logits, params, sequence_rngs(seed, 4))[0]) for seed in range(20)}
     assert len(draws) > 1  # a different seed, a different sample
@@ -106,6 +108,20 @@ def test_sampling_frequencies_follow_the_distribution():
     counts = np.bincount([sample_rows(logits, SamplingParams(max_tokens=1), rngs)[0][0] for _ in range(4000)],
                          minlength=3) / 4000
     assert np.allclose(counts, [0.5, 0.3, 0.2], atol=0.03)
+
+
+def test_sampling_over_a_real_sized_vocabulary():
+    # the draw searches blocks of tokens, then a block: mass in several blocks (and in the last, partial one)
+    vocab, likely = 49_152 + 7, [3, 300, 301, 49_158]
+    logits = np.full((1, vocab), -30.0, dtype=np.float32)
+    logits[0, likely] = np.log([0.4, 0.3, 0.2, 0.1])
+    rngs = sequence_rngs(0, 1)
+    tokens = [int(sample_rows(logits, SamplingParams(max_tokens=1), rngs)[0][0]) for _ in range(3000)]
+    assert set(tokens) <= set(likely)
+    counts = np.array([tokens.count(t) for t in likely]) / 3000
+    assert np.allclose(counts, [0.4, 0.3, 0.2, 0.1], atol=0.03)
+    top2 = {int(sample_rows(logits, SamplingParams(max_tokens=1, top_k=2), rngs)[0][0]) for _ in range(300)}
+    assert top2 == {3, 300}
 
 
 @pytest.mark.parametrize("params, allowed", [
