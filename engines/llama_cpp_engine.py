@@ -8,8 +8,9 @@ reproducible samples. The model file is mmapped (no copy of the weights in Pytho
 
 One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits and upcasts them per
 matmul (Unsloth's bf16-stored Linear, see model_loader.frozen_weights_in_bf16), `share_weights` points them at the
-f16 tensors in llama.cpp's own read-only mapping of the GGUF, after checking each one holds the same values; the
-trainer's mmapped checkpoint is then released. `unshare_weights` (before a merge, and before the engine frees its
+f16 tensors in llama.cpp's own read-only mapping of the GGUF, after checking each one holds the same values (Llama's
+q/k in the GGUF's row order, their outputs reordered back by a forward hook); the trainer's mmapped checkpoint is
+then released. `unshare_weights` (before a merge, and before the engine frees its
 model) gives the trainer its own copies back: nothing may write into a read-only mapping. Between generations,
 `release_idle_pages` drops the tensors only the engine reads from the resident set.
 """
@@ -209,40 +210,50 @@ class LlamaCppEngine:
         """Make the trainer's frozen 16-bit projections views of the engine's f16 tensors; returns how many.
 
         Only Unsloth's bf16-stored Linear qualifies (it upcasts its weight per matmul, whatever its 16-bit dtype);
-        each candidate must hold the same values (f16 keeps every bf16 value down to 2^-24, and llama.cpp's
-        converter reorders Llama's q/k rows, which fails this and keeps the trainer's copy). Unshared ones become
-        the trainer's own copies so that the checkpoint's mapping can go."""
+        each candidate must hold the same values (f16 keeps every bf16 value down to 2^-24). Where llama.cpp's
+        converter reordered the rows (Llama's q/k: HF's rotary layout -> GGML's), the view is taken in GGUF order and
+        a forward hook puts the projection's outputs back in HF order (an index_select on the activations). Unshared
+        ones become the trainer's own copies so that the checkpoint's mapping can go."""
         import torch
 
         try:
             from unsloth_zoo.cpu.ops import Bf16StoredLinear
         except ImportError:
             return 0
-        from .gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE
+        from .gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE, SUPPORTED_ARCHITECTURES, _permute_rows
 
         candidates = [(name, module) for name, module in model.named_modules()
                       if isinstance(module, Bf16StoredLinear) and module.weight.dtype == torch.bfloat16
                       and not module.weight.requires_grad]
         if not candidates or not self._tensors:
             return 0
+        permuted = SUPPORTED_ARCHITECTURES.get(self.architecture, ("", False))[1]
         shared_names = set()
         for name, module in candidates:
             match = PROJECTION_MODULE.search(name)
-            weight, view = module.weight, None
+            weight, view, rows = module.weight, None, None
             tensor = f"blk.{match.group(1)}.{LORA_TENSOR_NAMES[match.group(2)]}.weight" \
                 if match and match.group(2) in LORA_TENSOR_NAMES else ""
+            if permuted and tensor and match.group(2) in ("q_proj", "k_proj") and module.bias is None:
+                heads = self.n_head if match.group(2) == "q_proj" else self.n_kv_head
+                rows = _permute_rows(torch.arange(weight.shape[0]), heads)  # GGUF row i holds HF row rows[i]
             address, size, kind = self._tensors.get(tensor, (0, 0, -1))
             if kind == GGML_TYPE_F16 and size == weight.numel() * 2:
                 raw = (ctypes.c_uint8 * size).from_address(address)
                 view = torch.frombuffer(raw, dtype=torch.float16).view(weight.shape)
-                # every 8th row: a reordering (Llama's q/k) or another tensor shows in any of them, at 1/8 of the
-                # time of reading both copies whole
-                gap = (view[::8].float() - weight[::8].float()).abs().max()
+                # every 8th row: a row order or a tensor that differs shows in any of them, at 1/8 of the time of
+                # reading both copies whole
+                expected = weight[::8] if rows is None else weight[rows[::8]]
+                gap = (view[::8].float() - expected.float()).abs().max()
                 if not bool(torch.isfinite(gap)) or gap > 2.0**-24:
                     view = None
             if view is not None:
                 shared_names.add(tensor)
                 self._shared.append(module)
+                if rows is not None:
+                    order = torch.argsort(rows)  # HF output j = GGUF output order[j]
+                    module._engine_row_order = (order, module.register_forward_hook(
+                        lambda _module, _inputs, output, order=order: output.index_select(-1, order)))
             else:
                 view = weight.detach().clone()  # the trainer's own copy, off the checkpoint's mapping
             module.weight = torch.nn.Parameter(view, requires_grad=False)
@@ -255,11 +266,16 @@ class LlamaCppEngine:
         return len(self._shared)
 
     def unshare_weights(self) -> None:
-        """Give the trainer its own (bf16, as loaded) copies of the weights it shares with the engine."""
+        """Give the trainer its own (bf16, as loaded, HF row order) copies of the weights it shares with the engine."""
         import torch
 
         for module in self._shared:
-            module.weight = torch.nn.Parameter(module.weight.detach().to(torch.bfloat16), requires_grad=False)
+            weight = module.weight.detach()
+            if hasattr(module, "_engine_row_order"):
+                order, hook = module.__dict__.pop("_engine_row_order")
+                hook.remove()
+                weight = weight.index_select(0, order)
+            module.weight = torch.nn.Parameter(weight.to(torch.bfloat16), requires_grad=False)
         self._shared = []
         self._idle_pages = _whole_pages(self._tensors.values())
 

@@ -270,7 +270,7 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
         # TRL's importance-sampling correction ran on the engine's log-probs; the mismatch is f16-small
         assert 0 <= step["sampling/sampling_logp_difference/mean"] < 0.1
         log = (out / "grpo_training.log").read_text()
-        assert "the trainer computes with the engine's copy of 150 of 210 frozen projections" in log
+        assert "the trainer computes with the engine's copy of 210 of 210 frozen projections" in log
         _check_merged(out)
 
 
@@ -646,13 +646,14 @@ params = SamplingParams(max_tokens=8, temperature=0.8, eos_token_ids=(tokenizer.
 first = engine.generate([prompt], 4, params)
 out["resident_after_generate"] = resident_mib(gguf)
 out["same_after_release"] = engine.generate([prompt], 4, params) == first
-out["shared_mib"] = sum(engine._tensors[name][1] for name in engine._tensors if ".attn_q." not in name
-                        and ".attn_k." not in name and ("ffn_" in name or ".attn_" in name) and "norm" not in name) / 2**20
+out["shared_mib"] = sum(engine._tensors[name][1] for name in engine._tensors
+                        if ("ffn_" in name or ".attn_" in name) and "norm" not in name) / 2**20
 out["file_mib"] = os.path.getsize(gguf) / 2**20
 engine.close()  # gives the trainer its own copies back before the mapping goes
 with torch.no_grad():
     out["after_close_gap"] = (model(input_ids=ids).logits[0, -1] - before).abs().max().item()
 out["down_dtype_after_close"] = str(layer.mlp.down_proj.base_layer.weight.dtype)
+out["hooks_after_close"] = len(layer.self_attn.q_proj.base_layer._forward_hooks)
 print("PROBE " + json.dumps(out))
 """
 
@@ -660,7 +661,8 @@ print("PROBE " + json.dumps(out))
 @pytest.mark.slow
 def test_the_trainer_computes_with_the_engines_copy_of_the_weights():
     """16-bit with llama_cpp: one copy of the frozen weights. The trainer's projections become views of the f16
-    tensors in llama.cpp's mapping (same values: same logits), its mmapped checkpoint goes, and between generations
+    tensors in llama.cpp's mapping (same values: same logits; Llama's q/k in the GGUF's row order, their outputs put
+    back in HF's), its mmapped checkpoint goes, and between generations
     the tensors only the engine reads leave the resident set; closing the engine hands the trainer its copies back."""
     pytest.importorskip("llama_cpp")
     result = subprocess.run([sys.executable, "-c", SHARE_PROBE], cwd=ROOT, capture_output=True, text=True,
@@ -668,15 +670,16 @@ def test_the_trainer_computes_with_the_engines_copy_of_the_weights():
     line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
     assert line, (result.stdout + result.stderr)[-3000:]
     probe = json.loads(line[len("PROBE "):])
-    assert probe["shared"] == 150  # v, o, gate, up, down x 30 layers; q/k rows are reordered in the GGUF
-    assert probe["down_dtype"] == "torch.float16" and probe["down_in_engine"] and not probe["q_in_engine"]
+    assert probe["shared"] == 210  # q, k, v, o, gate, up, down x 30 layers (q/k in the GGUF's row order)
+    assert probe["down_dtype"] == "torch.float16" and probe["down_in_engine"] and probe["q_in_engine"]
     assert probe["checkpoint_mapped_before"] >= 1 and probe["checkpoint_mapped_after"] == 0
     assert probe["shared_logits_gap"] < 1e-4  # f16 holds the bf16 checkpoint's values (bit-identical here)
     assert probe["lora_grad"] > 0
-    # after a generation only the shared tensors stay resident: not token_embd, q/k or the norms
+    # after a generation only the shared tensors stay resident: not token_embd or the norms
     assert probe["resident_after_generate"] <= probe["shared_mib"] + 2 < probe["file_mib"] - 50, probe
     assert probe["same_after_release"]  # dropped pages come back unchanged
     assert probe["after_close_gap"] < 1e-4 and probe["down_dtype_after_close"] == "torch.bfloat16"
+    assert probe["hooks_after_close"] == 0  # q's output reordering went with the shared view
 
 
 def test_a_4bit_base_is_exported_dequantised_even_from_a_prequantized_checkpoint(tmp_path, monkeypatch):
