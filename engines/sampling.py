@@ -59,11 +59,14 @@ def _draw(weights: np.ndarray, rngs: list[np.random.Generator]) -> np.ndarray:
     the token inside it. A token of weight 0 is never drawn (its CDF step is empty)."""
     rows, vocab = weights.shape
     blocks = np.pad(weights, ((0, 0), (0, -vocab % BLOCK))).reshape(rows, -1, BLOCK)
-    block_cdf = np.cumsum(blocks.sum(axis=-1, dtype=np.float64), axis=-1)
+    block_sums = blocks.sum(axis=-1, dtype=np.float64)
+    block_cdf = np.cumsum(block_sums, axis=-1)
     tokens = np.empty(rows, dtype=np.int64)
     for row, rng in enumerate(rngs):
         draw = rng.random() * block_cdf[row, -1]
-        block = min(int(np.searchsorted(block_cdf[row], draw, side="right")), block_cdf.shape[1] - 1)
+        block = int(np.searchsorted(block_cdf[row], draw, side="right"))
+        if block >= block_sums.shape[1]:  # rounding put the draw at the very end: the last block with any weight
+            block = int(np.flatnonzero(block_sums[row])[-1])
         inner = np.cumsum(blocks[row, block], dtype=np.float64)
         inner += block_cdf[row, block - 1] if block else 0.0
         index = int(np.searchsorted(inner, draw, side="right"))
