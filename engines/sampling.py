@@ -12,7 +12,6 @@ import numpy as np
 
 from . import SamplingParams
 
-
 BLOCK = 256  # tokens per block of the two-level inverse CDF in _draw
 
 
