@@ -183,7 +183,7 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
         scratch.rmdir()
 
 
-def _permute_rows(rows, n_head: int):
+def permute_rows(rows, n_head: int):
     """llama.cpp's converter reorders q/k output rows (HF's rotary layout -> GGML's); LoRA B rows must follow."""
     return rows.reshape(n_head, 2, rows.shape[0] // n_head // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
@@ -214,7 +214,7 @@ def lora_tensors(model, architecture: str, n_head: int, n_kv_head: int):
             a = module.lora_A[adapter].weight.detach().float().cpu().numpy()
             b = module.lora_B[adapter].weight.detach().float().cpu().numpy()
         if permute and proj in ("q_proj", "k_proj"):
-            b = _permute_rows(b, n_head if proj == "q_proj" else n_kv_head)
+            b = permute_rows(b, n_head if proj == "q_proj" else n_kv_head)
         base = f"blk.{block}.{LORA_TENSOR_NAMES[proj]}.weight"
         tensors[f"{base}.lora_a"], tensors[f"{base}.lora_b"] = a, b
         scalings.add((float(module.scaling[adapter]), a.shape[0]))

@@ -139,6 +139,7 @@ class LlamaCppEngine:
         self._lora_dir = tempfile.mkdtemp(prefix="grpo-lora-")
         self.weights = "the weights in the GGUF"  # what it samples from (from_model_dir says which)
         self._shared: list = []  # trainer modules whose weight is a view of this engine's mapping
+        self._reordered: dict = {}  # those of them viewed in the GGUF's row order -> (HF order, their output hook)
         self._map_tensors()  # and _idle_pages: (address, length) of mapped weights only the engine reads
         self.pushes = 0
         self.push_seconds = 0.0
@@ -220,7 +221,7 @@ class LlamaCppEngine:
             from unsloth_zoo.cpu.ops import Bf16StoredLinear
         except ImportError:
             return 0
-        from .gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE, SUPPORTED_ARCHITECTURES, _permute_rows
+        from .gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE, SUPPORTED_ARCHITECTURES, permute_rows
 
         candidates = [(name, module) for name, module in model.named_modules()
                       if isinstance(module, Bf16StoredLinear) and module.weight.dtype == torch.bfloat16
@@ -236,7 +237,7 @@ class LlamaCppEngine:
                 if match and match.group(2) in LORA_TENSOR_NAMES else ""
             if permuted and tensor and match.group(2) in ("q_proj", "k_proj") and module.bias is None:
                 heads = self.n_head if match.group(2) == "q_proj" else self.n_kv_head
-                rows = _permute_rows(torch.arange(weight.shape[0]), heads)  # GGUF row i holds HF row rows[i]
+                rows = permute_rows(torch.arange(weight.shape[0]), heads)  # GGUF row i holds HF row rows[i]
             address, size, kind = self._tensors.get(tensor, (0, 0, -1))
             if kind == GGML_TYPE_F16 and size == weight.numel() * 2:
                 raw = (ctypes.c_uint8 * size).from_address(address)
@@ -252,7 +253,7 @@ class LlamaCppEngine:
                 self._shared.append(module)
                 if rows is not None:
                     order = torch.argsort(rows)  # HF output j = GGUF output order[j]
-                    module._engine_row_order = (order, module.register_forward_hook(
+                    self._reordered[module] = (order, module.register_forward_hook(
                         lambda _module, _inputs, output, order=order: output.index_select(-1, order)))
             else:
                 view = weight.detach().clone()  # the trainer's own copy, off the checkpoint's mapping
@@ -271,8 +272,8 @@ class LlamaCppEngine:
 
         for module in self._shared:
             weight = module.weight.detach()
-            if hasattr(module, "_engine_row_order"):
-                order, hook = module.__dict__.pop("_engine_row_order")
+            if module in self._reordered:
+                order, hook = self._reordered.pop(module)
                 hook.remove()
                 weight = weight.index_select(0, order)
             module.weight = torch.nn.Parameter(weight.to(torch.bfloat16), requires_grad=False)

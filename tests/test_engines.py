@@ -625,6 +625,16 @@ layer = model.get_base_model().model.layers[0]
 ids = torch.tensor([[1, 504, 3158, 314, 216, 34, 1232, 216, 35, 47]])
 with torch.no_grad():
     before = model(input_ids=ids).logits[0, -1]
+
+def q_lora_grad():  # the gradient reaching q_proj's LoRA (its output is reordered when shared), same dropout draws
+    model.train()
+    model.zero_grad()
+    torch.manual_seed(0)
+    model(input_ids=ids, labels=ids).loss.backward()
+    model.eval()
+    return layer.self_attn.q_proj.lora_B["default"].weight.grad.clone()
+
+q_grad_before = q_lora_grad()
 checkpoint = str(embedded_model_dir() / "model.safetensors")
 out = {"checkpoint_mapped_before": mapped(checkpoint)}
 engine = LlamaCppEngine.from_model_dir(embedded_model_dir(), threads=torch.get_num_threads(), trainer_model=model)
@@ -640,6 +650,8 @@ model.train()  # a backward through the shared weights reaches the LoRA
 loss = model(input_ids=ids, labels=ids).loss
 loss.backward()
 out["lora_grad"] = layer.mlp.down_proj.lora_B["default"].weight.grad.abs().sum().item()
+q_grad = q_lora_grad()
+out["q_grad_gap"] = ((q_grad - q_grad_before).abs().max() / q_grad_before.abs().max()).item()
 model.eval()
 prompt = ids[0].tolist()
 params = SamplingParams(max_tokens=8, temperature=0.8, eos_token_ids=(tokenizer.eos_token_id,), seed=5)
@@ -675,6 +687,7 @@ def test_the_trainer_computes_with_the_engines_copy_of_the_weights():
     assert probe["checkpoint_mapped_before"] >= 1 and probe["checkpoint_mapped_after"] == 0
     assert probe["shared_logits_gap"] < 1e-4  # f16 holds the bf16 checkpoint's values (bit-identical here)
     assert probe["lora_grad"] > 0
+    assert probe["q_grad_gap"] < 1e-4  # the reordered q output back-propagates as before (relative to its largest)
     # after a generation only the shared tensors stay resident: not token_embd or the norms
     assert probe["resident_after_generate"] <= probe["shared_mib"] + 2 < probe["file_mib"] - 50, probe
     assert probe["same_after_release"]  # dropped pages come back unchanged
