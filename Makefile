@@ -12,7 +12,7 @@ install: $(STAMP) bytecode
 # Byte-compile our own modules: where PYTHONDONTWRITEBYTECODE is set (CI, many containers) Python would otherwise
 # recompile them on every start, ~40 ms of `--help`. Up to date files are skipped.
 bytecode: $(STAMP)
-	$(PY) -m compileall -q config rewards *.py > /dev/null
+	$(PY) -m compileall -q config rewards grpokit *.py > /dev/null
 
 $(STAMP): requirements.txt requirements-nodeps.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,7 @@ $(STAMP): requirements.txt requirements-nodeps.txt
 #   trainer's forward/backward;
 # - no tests, examples, server, tools or curl: only the library the Python binding loads.
 # llama.cpp's model converter (convert_hf_to_gguf.py + conversion/ + gguf-py/) ships only in the sdist: it is
-# unpacked into $(VENV)/share/llama-cpp-convert, where engines/gguf_export.py looks for it.
+# unpacked into $(VENV)/share/llama-cpp-convert, where grpokit/gguf_export.py looks for it.
 LLAMA_STAMP := $(VENV)/.llama-cpp
 LLAMA_CONVERT := $(VENV)/share/llama-cpp-convert
 LLAMA_VERSION := 0.3.36

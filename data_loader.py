@@ -483,7 +483,7 @@ def load_from_hub(name: str, spec: DatasetSpec, **kwargs):
     library would retry for half a minute before failing. Unreachable: the local cache only, then one line."""
     import datasets
 
-    from hub import hub_reachable, require_hub, use_local_cache_only
+    from grpokit.hub import hub_reachable, require_hub, use_local_cache_only
 
     online = hub_reachable()
     if not online:
@@ -558,7 +558,7 @@ def load_grpo_dataset(
                     seed=seed, system_prompt=system_prompt, field_names=field_names.__dict__)
     key = _cache_key(custom_data, settings) if custom_data and not streaming else None
     if key is not None:
-        from model_loader import cache_dir
+        from grpokit.model_loader import cache_dir
 
         cached = cache_dir() / "datasets" / key
         if (cached / "report.json").exists():
@@ -835,7 +835,7 @@ def create_grpo_dataloader(
     """
     from torch.utils.data import DataLoader
 
-    from model_loader import load_tokenizer
+    from grpokit.model_loader import load_tokenizer
 
     by_hub = {spec.hub_id: name for name, spec in DATASETS.items() if spec.hub_id}
     name = by_hub.get(dataset_name, dataset_name)
@@ -861,7 +861,7 @@ def count_prompt_length_drops(train, evaluation, config, report: DatasetReport) 
     try:
         from transformers import AutoTokenizer
 
-        from model_loader import model_path
+        from grpokit.model_loader import model_path
 
         tokenizer = AutoTokenizer.from_pretrained(model_path(config.model_name), local_files_only=True)
     except Exception as err:  # noqa: BLE001 - offline, gated, not cached: all mean "not counted here"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -32,7 +31,16 @@ from config.schema import (
     PANEL_TRAINING,
     field_help,
 )
-from console import console_handler, quiet_third_party, whole_option_names_in_help
+from grpokit.console import (
+    add_file_logging,
+    console_handler,
+    is_main_process,
+    print_eval_only,
+    print_summary,
+    quiet_third_party,
+    whole_option_names_in_help,
+)
+from grpokit.run_dir import TRAINING_LOG
 
 log = logging.getLogger("grpo")
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich")
@@ -44,8 +52,9 @@ def _opt(field: str | None, panel: str, *names: str, help: str | None = None, **
     return typer.Option(*names, help=help or field_help(field), rich_help_panel=panel, show_default=False, **kwargs)
 
 
-@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+@app.callback(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 def main(
+    ctx: typer.Context,
     # ---- Model
     model: Annotated[str | None, _opt("model_name", PANEL_MODEL, "--model", "-m")] = None,
     load_in_4bit: Annotated[bool | None, _opt("load_in_4bit", PANEL_MODEL, "--load-in-4bit/--no-4bit")] = None,
@@ -137,6 +146,8 @@ def main(
                                        help="List rewards and reward presets.")] = False,
 ):
     """Fine-tune a language model with GRPO (TRL's GRPOTrainer, Unsloth 4-bit LoRA)."""
+    if ctx.invoked_subcommand is not None:
+        return  # `report`: its own options
     quiet_third_party(verbose)  # before torch / unsloth / transformers / trl are imported: filters act at the source
     setup_console_logging(verbose)
     try:
@@ -171,54 +182,24 @@ def main(
         raise typer.Exit(2) from None
 
 
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-REWARD_KEYS = {"reward_config_name", "reward_config", "reward_function_type"}
-
-
-def rewards_asked_for(config_file: str | None, flags: dict, overrides: list[str]) -> bool:
-    """Did the user name the rewards (a flag, --set, or their config file), or did they come from a preset?"""
-    from config.loader import read_json_file
-
-    if flags.get("reward_config_name") or flags.get("reward_config"):
-        return True
-    if any(item.partition("=")[0].strip() in REWARD_KEYS - {"reward_function_type"} for item in overrides):
-        return True
-    return bool(config_file) and bool({"reward_config_name", "reward_config"} & set(read_json_file(config_file,
-                                                                                                   "Config file")))
-
-
 def run(preset, config_file, flags, overrides, dry_run, score_completions, resume_from_checkpoint,
         eval_only=False, force_resume=False, verbose=False) -> None:
     """The story of a run: config -> data -> rewards -> (dry run | reward preview | training) -> summary.
     Everything after parsing is the Python API's GRPOTrainer: one path for the CLI and for Python."""
     from config.loader import build_config, config_to_dict, resolve_model_name
-    from faults import RunFailed
-    from grpo_trainer import AlreadyFinished, GRPOTrainer, Interrupted, check_adapter_dir, resolve_checkpoint
+    from grpo_trainer import AlreadyFinished, GRPOTrainer, Interrupted, RunFailed
+    from grpokit.run import check_adapter_dir, resolve_checkpoint, reward_set_for
 
     config = build_config(preset, config_file, flags, overrides)
     resolve_model_name(config.model_name)
 
     if score_completions is not None:
-        from grpo_trainer import _reward_set
-
-        preview_rewards(_reward_set(config, "", []), score_completions, config.reward_timeout)
+        preview_rewards(reward_set_for(config, "", []), score_completions, config.reward_timeout)
         return
 
-    out = check_output_dir(config.output_dir)
-    if config.generation_log_dir:
-        check_output_dir(config.generation_log_dir)
-    if config.wandb_project:
-        check_wandb()
-    if config.save_merged and config.load_in_4bit:
-        import torch  # only paid when --save-merged is asked for
-
-        if not torch.cuda.is_available():
-            # Refuse now, not after training: merging into 4-bit weights needs Unsloth's GPU path.
-            raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge into "
-                             "4-bit): add --no-4bit, or merge later on a GPU.")
+    trainer = GRPOTrainer(config, verbose=verbose)
+    trainer.check_run()  # the checks train() makes too, before anything loads: --dry-run reports them as well
+    out = Path(config.output_dir).expanduser()
     if eval_only and not resume_from_checkpoint:
         raise UsageError("--eval-only needs an adapter to evaluate: --resume-from-checkpoint PATH (a checkpoint-N "
                          "directory or a finished run's output directory).")
@@ -226,9 +207,8 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     if resume_from is not None:
         check_adapter_dir(resume_from, config.model_name)  # before any data or model is loaded
 
-    trainer = GRPOTrainer(config, verbose=verbose)
     train_ds, eval_ds, report = trainer.load_data()
-    reward_set = trainer.build_rewards(explicit=rewards_asked_for(config_file, flags, overrides))
+    reward_set = trainer.build_rewards()
 
     if dry_run:
         from data_loader import count_prompt_length_drops
@@ -242,11 +222,11 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
 
     out.mkdir(parents=True, exist_ok=True)
     if not eval_only:
-        from checkpoints import hold_output_lock
+        from grpokit.checkpoints import hold_output_lock
 
         hold_output_lock(out)  # faults: one run per output dir, before this run writes to its log
     if is_main_process():
-        add_file_logging(out / "grpo_training.log")
+        add_file_logging(out / TRAINING_LOG)
     if eval_only:
         result = trainer.evaluate_adapter(resume_from)
         if is_main_process():
@@ -265,7 +245,7 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     except Interrupted as stop:
         log.warning("%s", stop)
         raise typer.Exit(stop.exit_code) from None
-    except RunFailed as failed:  # faults.py: the last completed step is saved; one line says what failed
+    except RunFailed as failed:  # run_end.py: the last completed step is saved; one line says what failed
         log.error("%s", failed)
         raise typer.Exit(failed.exit_code) from None
     if is_main_process():
@@ -285,32 +265,6 @@ def preview_rewards(reward_set, path: Path, timeout: float = 0.0) -> None:
         print(json.dumps(result, ensure_ascii=False))
 
 
-def check_output_dir(path: str) -> Path:
-    """Refuse an output directory we could not write, before anything is loaded or written."""
-    out = Path(path).expanduser()
-    probe = out
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise UsageError(f"Output directory {out} is not writable ({probe} is not a writable directory): "
-                         "choose another --output-dir.")
-    return out
-
-
-def check_wandb() -> None:
-    """W&B problems surface now, not as a crash or a login prompt in the middle of a run."""
-    import importlib.util
-
-    if importlib.util.find_spec("wandb") is None:
-        raise UsageError("--wandb-project needs wandb: pip install wandb (or drop --wandb-project / use --no-wandb).")
-    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
-        return
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    if not (netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore")):
-        raise UsageError("W&B is not logged in: run `wandb login`, set WANDB_API_KEY, or log offline with "
-                         "WANDB_MODE=offline (or drop --wandb-project).")
-
-
 def setup_console_logging(verbose: bool = False) -> None:
     """Run logs on stderr (above the live progress bar), so stdout carries only results (--dry-run JSON,
     --score-completions rows). The console gets the story; grpo_training.log gets every detail (DEBUG)."""
@@ -319,63 +273,6 @@ def setup_console_logging(verbose: bool = False) -> None:
         logger.addHandler(console_handler(logging.DEBUG if verbose else logging.INFO))
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
-
-
-def add_file_logging(path: Path) -> None:
-    """The run's log lines also go to grpo_training.log (appended: a resumed run continues the same file)."""
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logging.getLogger("grpo").addHandler(handler)
-
-
-def print_summary(summary: dict) -> None:
-    from rich.console import Console
-
-    console = Console(stderr=True, soft_wrap=True)  # a summary line stays one line in a log file or a pipe
-    console.rule("[bold]GRPO run finished")
-    resumed = f" (resumed from {summary['resumed_from']})" if summary.get("resumed_from") else ""
-    console.print(f"steps: {summary['global_step']}{resumed}  backend: {summary['backend']}  "
-                  f"train time: {summary['train_seconds']} s  total: {summary['total_seconds']} s")
-    first, last = summary.get("train_reward_first"), summary.get("train_reward_last")
-    if first is not None:
-        console.print(f"train reward (sampled): first step {first:.3f} -> last step {last:.3f}")
-    greedy = summary.get("generation_eval")
-    if greedy and greedy.get("baseline") is not None:
-        what = "held-out eval prompts" if greedy["held_out"] else "TRAINING prompts (no held-out split)"
-        change = greedy["final"] - greedy["baseline"]
-        verdict = "improved" if change > 1e-9 else "got worse" if change < -1e-9 else "unchanged"
-        console.print(f"greedy reward on {greedy['prompts']} {what}: before training (step {greedy['baseline_step']}) "
-                      f"{greedy['baseline']:.3f} -> now (step {greedy['final_step']}) {greedy['final']:.3f}: {verdict}")
-        for key in sorted(k for k in greedy if k.startswith("pass@")):
-            console.print(f"{key} (sampled): {greedy[key]:.3f}")
-    if summary.get("eval", {}).get("eval_reward") is not None:
-        console.print(f"eval reward (sampled, held-out split): {summary['eval']['eval_reward']:.3f}")
-    for notice in summary.get("notices") or []:
-        console.print(f"note: {notice}")
-    console.print(f"adapter, tokenizer, trainer state, metrics_summary.json: {summary['output_dir']}")
-    if summary.get("report"):
-        console.print(f"report: {summary['report']}")
-    if "generation_log_dir" in summary:
-        console.print(f"generation logs: {summary['generation_log_dir']}")
-    if summary.get("best_checkpoint"):
-        console.print(f"best checkpoint: {summary['best_checkpoint']} (eval metric {summary['best_metric']:.4g})")
-
-
-def print_eval_only(result: dict) -> None:
-    from rich.console import Console
-
-    console = Console(stderr=True, soft_wrap=True)
-    console.rule("[bold]Evaluation finished")
-    greedy, metrics = result.get("generation_log") or {}, result.get("eval") or {}
-    what = "held-out eval prompts" if result.get("held_out") else "training prompts (no held-out split)"
-    console.print(f"adapter: {result['adapter']} (step {result['global_step']})")
-    if greedy.get("reward_mean") is not None:
-        console.print(f"greedy reward on {what}: {greedy['reward_mean']:.3f}")
-    for key in sorted(k for k in greedy if k.startswith("pass@")):
-        console.print(f"{key} (sampled): {greedy[key]:.3f}")
-    if metrics.get("eval_reward") is not None:
-        console.print(f"sampled reward on {what}: {metrics['eval_reward']:.3f}")
-    console.print(f"eval_metrics.json, generation log, report: {result['output_dir']}")
 
 
 def print_listings(models: bool, datasets: bool, rewards: bool) -> None:
@@ -415,12 +312,28 @@ def print_listings(models: bool, datasets: bool, rewards: bool) -> None:
         console.print(table)
 
 
+@app.command("report", context_settings={"help_option_names": ["-h", "--help"]})
+def report(
+    output_dir: Annotated[Path, typer.Argument(metavar="OUTPUT_DIR", show_default=False,
+                                               help="A run's --output-dir, or an --eval-only result directory.")],
+    plots_only: Annotated[bool, typer.Option("--plots-only", help="Only the PNGs, no report.html.")] = False,
+):
+    """Redraw a finished (or stopped) run's plots/*.png and report.html from its files alone: no model, no config.
+
+    Example: python train_grpo.py report grpo_outputs/quick_test"""
+    from grpokit.report import redraw
+
+    try:
+        written = redraw(output_dir, report=not plots_only)
+    except UsageError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as err:  # unreadable or unwritable files: name the file, no traceback
+        typer.echo(f"error: {err.filename or output_dir}: {err.strerror or err}", err=True)
+        raise typer.Exit(2) from None
+    for path in written:
+        typer.echo(str(path))
+
+
 if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:2] == ["report"]:
-        # `python train_grpo.py report OUTPUT_DIR`: redraw plots/ and report.html from a run's files alone.
-        from plots import main as redraw
-
-        sys.exit(redraw(sys.argv[2:]))
     app()

@@ -27,7 +27,7 @@ def build_model(dtype: str):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-    from model_loader import contiguous_lm_head_input, embedded_model_dir
+    from grpokit.model_loader import contiguous_lm_head_input, embedded_model_dir
 
     path = embedded_model_dir()
     kwargs = {"dtype": torch.bfloat16 if dtype != "fp32" else torch.float32}
@@ -68,9 +68,9 @@ def main() -> None:
     a = parser.parse_args()
     import torch
 
-    from engines import SamplingParams
-    from engines.llama_cpp_engine import LlamaCppEngine
-    from engines.transformers_engine import TransformersEngine
+    from grpokit.engine_llama_cpp import LlamaCppEngine
+    from grpokit.engine_transformers import TransformersEngine
+    from grpokit.engines import SamplingParams
 
     threads = torch.get_num_threads()
     model, tokenizer, path = build_model("bf16")
@@ -122,7 +122,7 @@ def mismatch(engine, prompt, tokenizer, a) -> dict[str, float]:
     import numpy as np
     import torch
 
-    from engines import SamplingParams
+    from grpokit.engines import SamplingParams
 
     results = {}
     for dtype in ("fp32", "bf16", "nf4"):

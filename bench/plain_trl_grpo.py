@@ -36,7 +36,7 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from data_loader import arithmetic_rows
-    from model_loader import embedded_model_dir
+    from grpokit.model_loader import embedded_model_dir
 
     if not torch.cuda.is_available():
         os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")

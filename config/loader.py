@@ -454,19 +454,23 @@ def build_config(
     merged: dict[str, Any] = {}
     trl_args: dict[str, Any] = {}
     layers: list[tuple[str, dict[str, Any]]] = []
+    sources: dict[str, str] = {}  # field -> the layer that set it last (GRPORunConfig.source_of)
     if preset:
-        layers.append((f"preset '{preset}'", load_preset(preset)))
+        layers.append(("preset", f"preset '{preset}'", load_preset(preset)))
     if config_file:
-        layers.append((f"config {config_file}", read_json_file(config_file, "Config file")))
+        layers.append(("file", f"config {config_file}", read_json_file(config_file, "Config file")))
     if flags:
-        layers.append(("command line", {k: v for k, v in flags.items() if v is not None}))
+        layers.append(("flag", "command line", {k: v for k, v in flags.items() if v is not None}))
     if overrides:
-        layers.append(("--set", dict(parse_set_option(item) for item in overrides)))
-    for source, layer in layers:
+        layers.append(("--set", "--set", dict(parse_set_option(item) for item in overrides)))
+    for kind, source, layer in layers:
         checked = normalise_layer(layer, source)
-        trl_args.update(checked.pop("trl_args", {}))
+        layer_trl = checked.pop("trl_args", {})
+        trl_args.update(layer_trl)
         merged.update(checked)
+        sources.update(dict.fromkeys([*checked, *layer_trl], kind))
     config = GRPORunConfig(**merged, trl_args=trl_args)
+    config.record_sources(sources)
     # Under torchrun / accelerate every process sees WORLD_SIZE: the batch arithmetic must hold for all of them.
     validate(config, world_size=int(os.environ.get("WORLD_SIZE", "1")))
     return config

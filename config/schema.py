@@ -9,7 +9,6 @@ installed TRL's own field list (read from its source, so `--dry-run` never impor
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,6 +36,20 @@ def _f(default: Any, help: str, panel: str, trl: bool = False) -> Any:
 @dataclass
 class GRPORunConfig:
     """Everything one run needs: model, data, rewards, training and logging."""
+
+
+    def record_sources(self, sources: dict[str, str]) -> None:
+        """Which layer set each field ('preset', 'file', 'flag', '--set', or 'api' for GRPOConfig(**fields)); the
+        config builder records it once, so nothing downstream re-reads files or re-parses flags to learn it."""
+        self.__dict__["_sources"] = dict(sources)  # not a dataclass field: never in run_config.json or a hash
+
+    def source_of(self, name: str) -> str:
+        """The layer that set `name`: 'default' when no layer did."""
+        return self.__dict__.get("_sources", {}).get(name, "default")
+
+    def named_by_user(self, *names: str) -> bool:
+        """Did the user (a file, a flag, --set, the Python API) set any of these fields, rather than a preset?"""
+        return any(self.source_of(name) not in ("default", "preset") for name in names)
 
     description: str = _f("", "Free text: what this configuration is for (presets carry one).", PANEL_MODEL)
 
@@ -246,12 +259,3 @@ def field_type(name: str) -> Any:
 
 def literal_choices(tp: Any) -> tuple | None:
     return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
-
-
-def describe_type(tp: Any) -> str:
-    choices = literal_choices(tp)
-    if choices:
-        return " | ".join(repr(c) for c in choices)
-    if isinstance(tp, types.GenericAlias):
-        return str(tp)
-    return getattr(tp, "__name__", str(tp))

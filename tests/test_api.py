@@ -264,10 +264,12 @@ def test_train_with_own_rewards_and_rows_then_evaluate(tmp_path):
 
 
 def test_report_subcommand_redraws_from_files_alone(tmp_path):
-    """`python train_grpo.py report OUTPUT_DIR`: the same redraw as plots.py, with a real --help and one-line errors."""
+    """`python train_grpo.py report OUTPUT_DIR` redraws from the files alone, is listed in --help, errors in one line."""
     run = [sys.executable, str(ROOT / "train_grpo.py"), "report"]
     result = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "OUTPUT_DIR" in result.stdout
+    listed = subprocess.run([*run[:2], "--help"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "report" in listed.stdout and "Redraw" in listed.stdout
     result = subprocess.run([*run, str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.strip().startswith("error:")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -11,14 +11,14 @@ from rewards import load_reward_config, parse_reward_config
 def model_and_tokenizer():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from model_loader import embedded_model_dir
+    from grpokit.model_loader import embedded_model_dir
 
     path = embedded_model_dir()
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
 def _logger(tmp_path, tokenizer, rows, **kwargs):
-    from callbacks import GenerationLogger
+    from grpokit.callbacks import GenerationLogger
 
     data, source = load_reward_config("arithmetic")
     return GenerationLogger(rows, tokenizer, parse_reward_config(data, source), tmp_path / "logs",

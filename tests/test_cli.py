@@ -163,7 +163,7 @@ def test_adapter_for_another_base_model_is_refused(tmp_path):
     from safetensors.torch import save_file
 
     from config.errors import UsageError
-    from grpo_trainer import check_adapter_dir
+    from grpokit.run import check_adapter_dir
 
     adapter = _fake_adapter(tmp_path, base="meta-llama/Llama-3.1-8B")
     save_file({"x": torch.zeros(1)}, str(adapter / "adapter_model.safetensors"))

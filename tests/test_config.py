@@ -150,7 +150,7 @@ def test_vllm_flags_land_in_the_grpo_config_the_trainer_receives(monkeypatch):
 
     from trl import GRPOConfig
 
-    from grpo_trainer import grpo_config_kwargs
+    from grpokit.run import grpo_config_kwargs
 
     real_find_spec = importlib.util.find_spec
     # vllm is GPU-only and not installed here: pretend it is, to check what we hand TRL
@@ -169,8 +169,8 @@ def test_unsloth_fast_inference_settings_reach_from_pretrained_kwargs(monkeypatc
     """GPU-only branch: check what we pass to Unsloth (FastLanguageModel.from_pretrained) for vLLM generation."""
     import importlib.util
 
-    import model_loader
-    from grpo_trainer import grpo_config_kwargs
+    from grpokit import model_loader
+    from grpokit.run import grpo_config_kwargs
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
@@ -222,7 +222,7 @@ def test_spec_config_load_in_4bit_false(cli, tmp_path):
 
 def test_gradient_checkpointing_choice_reaches_grpo_config():
     """GRPOConfig defaults gradient_checkpointing to True; 'false' must reach it (else a silent second forward)."""
-    from grpo_trainer import grpo_config_kwargs
+    from grpokit.run import grpo_config_kwargs
 
     for value, expected in (("false", False), ("true", True), ("unsloth", True)):
         config = build_config(preset="quick_test", overrides=[f"use_gradient_checkpointing={value}"])
@@ -233,7 +233,7 @@ def test_gradient_checkpointing_choice_reaches_grpo_config():
 
 def test_attention_kernel_choice():
     """'auto': eager on CPU for short sequences (faster backward, BENCHMARKS.md), the model's default otherwise."""
-    import model_loader
+    from grpokit import model_loader
 
     short = build_config(preset="quick_test")  # 128 + 10 tokens
     long = build_config(preset="quick_test", overrides=["max_completion_length=512"])

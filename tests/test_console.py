@@ -14,9 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import console
-import hub
 from config.errors import UsageError
+from grpokit import console, hub
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,7 +120,7 @@ def test_after_import_runs_once_when_the_module_loads(tmp_path, monkeypatch):
 
 def test_importing_console_imports_no_heavy_library():
     # The lead imports console before Unsloth: transformers / torch must not come in with it.
-    code = "import sys, console; print(sorted(m for m in ('transformers', 'torch', 'rich', 'trl') if m in sys.modules))"
+    code = "import sys; from grpokit import console; print(sorted(m for m in ('transformers', 'torch', 'rich', 'trl') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -130,7 +129,7 @@ def test_importing_console_imports_no_heavy_library():
 @pytest.mark.slow
 def test_quiet_torchao_import_prints_nothing():
     """The real thing: torchao's import-time lines (failed .so loads, torch's Enum deprecation) are gone."""
-    code = "import console; console.quiet_third_party(False); import torchao"
+    code = "from grpokit import console; console.quiet_third_party(False); import torchao"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "Failed to load" not in out.stderr
@@ -262,11 +261,14 @@ def test_print_header_and_summary(monkeypatch):
                            "train_reward_first": 0.0, "train_reward_last": 0.375,
                            "generation_eval": {"prompts": 8, "held_out": True, "baseline_step": 0, "baseline": 0.625,
                                                "final_step": 4, "final": 0.75},
-                           "output_dir": "/tmp/run", "report": "/tmp/run/report.html"})
+                           "output_dir": "/tmp/run", "report": "/tmp/run/report.html"}, console=rich_console)
     text = buffer.getvalue()
     assert "model    smollm2-135m" in text and "accuracy x1 [bold]" in text and "plain line" in text
-    assert "train reward  0.000 → 0.375" in text and "eval reward   0.625 → 0.750  (greedy, 8 held-out prompts)" in text
-    assert "report        /tmp/run/report.html" in text
+    flat = " ".join(text.split())  # the test console wraps at its width; a terminal's soft_wrap does not
+    assert "train reward (sampled): first step 0.000 -> last step 0.375" in flat
+    assert ("greedy reward on 8 held-out eval prompts: before training (step 0) 0.625 -> now (step 4) 0.750: "
+            "improved") in flat
+    assert "report: /tmp/run/report.html" in flat
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def run_cli(*args, env_extra=None, timeout=900):
 
 
 def embedded_weights() -> Path:
-    from model_loader import embedded_model_dir
+    from grpokit.model_loader import embedded_model_dir
 
     return embedded_model_dir() / "model.safetensors"
 

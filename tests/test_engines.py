@@ -14,8 +14,8 @@ import pytest
 from conftest import GSM8K_FILE, ROOT
 
 from config.errors import UsageError
-from engines import SamplingParams, choose_engine, vllm_kwargs
-from engines.sampling import sample_rows, sequence_rngs
+from grpokit.engines import SamplingParams, choose_engine, vllm_kwargs
+from grpokit.sampling import sample_rows, sequence_rngs
 
 
 # ---- choosing an engine ---------------------------------------------------------------------------------------------
@@ -29,7 +29,7 @@ from engines.sampling import sample_rows, sequence_rngs
     ("vllm", True, False, True, "vllm"),
 ])
 def test_choose_engine(monkeypatch, requested, cuda, llama, vllm, expected):
-    import engines
+    from grpokit import engines
 
     monkeypatch.setattr(engines, "llama_cpp_available", lambda: llama)
     monkeypatch.setattr(engines, "vllm_available", lambda: vllm)
@@ -45,7 +45,7 @@ def test_choose_engine(monkeypatch, requested, cuda, llama, vllm, expected):
     ("vllm", True, False, False, "LlamaForCausalLM", "pip install vllm"),
 ])
 def test_choose_engine_refuses_what_cannot_work(monkeypatch, requested, cuda, llama, vllm, arch, message):
-    import engines
+    from grpokit import engines
 
     monkeypatch.setattr(engines, "llama_cpp_available", lambda: llama)
     monkeypatch.setattr(engines, "vllm_available", lambda: vllm)
@@ -54,7 +54,7 @@ def test_choose_engine_refuses_what_cannot_work(monkeypatch, requested, cuda, ll
 
 
 def test_auto_picks_llama_cpp_for_a_4bit_base_too(monkeypatch):
-    import engines
+    from grpokit import engines
 
     monkeypatch.setattr(engines, "llama_cpp_available", lambda: True)
     name, reason = choose_engine("auto", cuda=False, backend="unsloth", architecture="LlamaForCausalLM",
@@ -63,7 +63,7 @@ def test_auto_picks_llama_cpp_for_a_4bit_base_too(monkeypatch):
 
 
 def test_auto_falls_back_for_an_unsupported_architecture(monkeypatch):
-    import engines
+    from grpokit import engines
 
     monkeypatch.setattr(engines, "llama_cpp_available", lambda: True)
     name, reason = choose_engine("auto", cuda=False, backend="unsloth", architecture="Phi3ForCausalLM")
@@ -146,8 +146,8 @@ def peft_and_engine():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from engines.llama_cpp_engine import LlamaCppEngine
-    from model_loader import embedded_model_dir
+    from grpokit.engine_llama_cpp import LlamaCppEngine
+    from grpokit.model_loader import embedded_model_dir
 
     path = embedded_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -280,7 +280,7 @@ def _check_merged(out):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from model_loader import embedded_model_dir
+    from grpokit.model_loader import embedded_model_dir
 
     ids = torch.tensor([[1, 504, 3158, 314, 216, 34, 1232, 216, 35, 47]])
     with torch.no_grad():
@@ -304,7 +304,7 @@ def _tiny_model_dir(root, architecture):
     import torch
     import transformers
 
-    from model_loader import embedded_model_dir
+    from grpokit.model_loader import embedded_model_dir
 
     gemma = architecture.startswith("Gemma")
     config_class = {"LlamaForCausalLM": "LlamaConfig", "Qwen2ForCausalLM": "Qwen2Config",
@@ -366,7 +366,7 @@ def test_export_and_lora_push_for_other_architectures(tmp_path, monkeypatch, arc
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from engines.llama_cpp_engine import LlamaCppEngine
+    from grpokit.engine_llama_cpp import LlamaCppEngine
 
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
     model_dir, model = _tiny_model_dir(tmp_path, architecture)
@@ -393,7 +393,7 @@ def test_export_and_lora_push_for_other_architectures(tmp_path, monkeypatch, arc
 
 
 def test_an_unsupported_architecture_is_named(tmp_path):
-    from engines.gguf_export import check_model_dir
+    from grpokit.gguf_export import check_model_dir
 
     (tmp_path / "config.json").write_text('{"architectures": ["PhiForCausalLM"]}')
     (tmp_path / "model.safetensors").write_bytes(b"")
@@ -435,10 +435,10 @@ def test_importance_sampling_in_the_loss_pass_matches_trls_separate_pass(tmp_pat
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    import engines.trl_hook as hook
-    from engines.llama_cpp_engine import LlamaCppEngine
-    from model_loader import import_backend
-    from trl_trainer import TRLGRPOTrainer
+    import grpokit.trl_engine_adapter as hook
+    from grpokit.engine_llama_cpp import LlamaCppEngine
+    from grpokit.model_loader import import_backend
+    from grpokit.trl_trainer import TRLGRPOTrainer
 
     import_backend("transformers")  # TRL's fused LM head needs its CPU implementation on this machine
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
@@ -502,11 +502,11 @@ def test_generation_logs_decode_through_the_engine(tmp_path, monkeypatch):
     from transformers import AutoTokenizer, LlamaForCausalLM
     from trl import GRPOConfig
 
-    from callbacks import GenerationLogger
-    from engines.llama_cpp_engine import LlamaCppEngine
-    from model_loader import import_backend
+    from grpokit.callbacks import GenerationLogger
+    from grpokit.engine_llama_cpp import LlamaCppEngine
+    from grpokit.model_loader import import_backend
+    from grpokit.trl_trainer import TRLGRPOTrainer
     from rewards import parse_reward_config
-    from trl_trainer import TRLGRPOTrainer
 
     import_backend("transformers")
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
@@ -543,8 +543,8 @@ def test_generation_logs_decode_through_the_engine(tmp_path, monkeypatch):
 
 
 def test_generation_threads():
-    from engines.trl_hook import engine_threads
     from grpo_trainer import GRPOConfig
+    from grpokit.trl_engine_adapter import engine_threads
 
     assert engine_threads(0, torch_threads=2) == 2 and engine_threads(1, torch_threads=2) == 1
     assert GRPOConfig(generation_threads=1).generation_threads == 1
@@ -556,7 +556,7 @@ def test_generation_threads():
 FROZEN_BF16_PROBE = r"""
 import json, os, sys
 sys.path.insert(0, os.getcwd())
-from model_loader import import_backend, load_model
+from grpokit.model_loader import import_backend, load_model
 import_backend("unsloth")
 import torch
 from config.loader import build_config
@@ -600,12 +600,12 @@ def test_llama_cpp_runs_keep_the_frozen_projections_in_bf16():
 SHARE_PROBE = r"""
 import json, os, sys
 sys.path.insert(0, os.getcwd())
-from model_loader import embedded_model_dir, import_backend, load_model
+from grpokit.model_loader import embedded_model_dir, import_backend, load_model
 import_backend("unsloth")
 import torch
 from config.loader import build_config
-from engines import SamplingParams
-from engines.llama_cpp_engine import LlamaCppEngine
+from grpokit.engines import SamplingParams
+from grpokit.engine_llama_cpp import LlamaCppEngine
 
 def mapped(path):
     return sum(path in line for line in open("/proc/self/maps"))
@@ -704,7 +704,7 @@ def test_a_4bit_base_is_exported_dequantised_even_from_a_prequantized_checkpoint
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    from engines.llama_cpp_engine import LlamaCppEngine
+    from grpokit.engine_llama_cpp import LlamaCppEngine
 
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
     model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from checkpoints import (
+from config.errors import UsageError
+from grpokit.checkpoints import (
     COMPLETE,
     WRITING,
     check_checkpoint,
@@ -31,8 +32,7 @@ from checkpoints import (
     latest_complete_checkpoint,
     rotate_complete_checkpoints,
 )
-from config.errors import UsageError
-from faults import EXIT_CODES, FaultWatch, NonFiniteLoss, handle_fault
+from grpokit.run_end import EXIT_CODES, FaultWatch, NonFiniteLoss, handle_fault
 
 
 @pytest.fixture(autouse=True)
@@ -179,7 +179,7 @@ def test_disk_space_refuses_when_one_checkpoint_cannot_fit_and_warns_when_the_ke
 def test_one_run_per_output_dir_and_a_killed_run_never_leaves_it_locked(cli, tmp_path):
     out = tmp_path / "out"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, '.'); "
-                               "from checkpoints import hold_output_lock; from pathlib import Path; "
+                               "from grpokit.checkpoints import hold_output_lock; from pathlib import Path; "
                                f"hold_output_lock(Path({str(out)!r})); print('locked', flush=True); time.sleep(60)"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -290,7 +290,7 @@ def test_a_fault_inside_the_optimizer_step_saves_nothing_and_points_at_the_last_
 
 
 def test_generation_logging_lets_a_reward_error_through(tmp_path):
-    from callbacks import GenerationLogger
+    from grpokit.callbacks import GenerationLogger
     from rewards.base import RewardError
 
     logger = GenerationLogger([{"prompt": "x"}], tokenizer=None, reward_set=None, log_dir=tmp_path, max_new_tokens=1)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import plots
-import report
 from config.errors import UsageError
+from grpokit import plots, report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -266,9 +265,10 @@ def test_stale_plot_is_removed(tmp_path):
     assert not (out / "plots" / "kl.png").exists()
 
 
-def test_plots_cli(tmp_path):
+def test_report_command(tmp_path):
     out = make_run(tmp_path, "single")
-    run = subprocess.run([sys.executable, "plots.py", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "train_grpo.py", "report", str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert str(out / "report.html") in run.stdout and str(out / "plots" / "reward.png") in run.stdout
     assert (out / "report.html").exists()
@@ -279,21 +279,16 @@ def test_plots_cli(tmp_path):
     (["{empty}"], "has no trainer_state.json, checkpoint or generation log"),
     (["{broken}"], "trainer_state.json is not valid JSON"),
 ])
-def test_plots_cli_errors_are_one_line(tmp_path, args, message):
+def test_report_command_errors_are_one_line(tmp_path, args, message):
     (tmp_path / "empty").mkdir()
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "trainer_state.json").write_text('{"log_history": [')
     args = [a.format(empty=tmp_path / "empty", broken=tmp_path / "broken") for a in args]
-    run = subprocess.run([sys.executable, "plots.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "train_grpo.py", "report", *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: ") and message in run.stderr
     assert "Traceback" not in run.stderr
-
-
-def test_plots_cli_help():
-    run = subprocess.run([sys.executable, "plots.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0
-    assert "OUTPUT_DIR" in run.stdout and "report.html" in run.stdout
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -371,12 +366,6 @@ def test_report_for_an_eval_only_result(tmp_path):
     assert "greedy eval reward (this adapter)" in page and "adapter trained for" in page
     assert "baseline = step 0, final = step 6" in page
     assert "evaluated adapter" in page
-
-
-def test_report_cli_error(tmp_path):
-    run = subprocess.run([sys.executable, "report.py", str(tmp_path / "missing")], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
-    assert run.returncode == 2 and run.stderr.startswith("error: ") and "Traceback" not in run.stderr
 
 
 def test_write_report_refuses_a_directory_without_a_run(tmp_path):

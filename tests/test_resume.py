@@ -9,8 +9,8 @@ import time
 import pytest
 from conftest import ROOT
 
-from checkpoints import COMPLETE, MANIFEST, build_manifest, check_resume, finish_checkpoint
 from config.errors import UsageError
+from grpokit.checkpoints import COMPLETE, MANIFEST, build_manifest, check_resume, finish_checkpoint
 
 # 16-bit weights: bit-exact resume. With bitsandbytes 4-bit on CPU the first resumed step can sample one token
 # differently (measured: adapters 2.7e-4 apart after 4 steps); see README "Checkpoints and resume".

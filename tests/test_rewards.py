@@ -286,7 +286,7 @@ def test_reward_model_component_with_a_tiny_local_classifier(tmp_path):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
 
-    from model_loader import embedded_model_dir
+    from grpokit.model_loader import embedded_model_dir
     from rewards.components import RewardModel
 
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())

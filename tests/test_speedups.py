@@ -16,7 +16,7 @@ def tiny_model_dir(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from model_loader import embedded_model_dir, import_backend
+    from grpokit.model_loader import embedded_model_dir, import_backend
 
     import_backend("transformers")  # TRL's fused LM head needs its CPU implementation on this machine
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
@@ -97,7 +97,7 @@ def _batch(tokenizer, completion_len=12):
 def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path):
     import torch
 
-    from trl_trainer import TRLGRPOTrainer as GRPOTrainer
+    from grpokit.trl_trainer import TRLGRPOTrainer as GRPOTrainer
 
     model = _lora_model(tiny_model_dir, random_b=True)
     trainer = _trainer(GRPOTrainer, model, tiny_model_dir, tmp_path)
@@ -131,7 +131,7 @@ def test_shared_prompt_cache_samples_the_same_tokens(tiny_model_dir):
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
-    from trl_trainer import _generate_with_shared_prompts
+    from grpokit.shared_prompts import generate_with_shared_prompts
 
     model = _lora_model(tiny_model_dir, random_b=True)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -142,7 +142,7 @@ def test_shared_prompt_cache_samples_the_same_tokens(tiny_model_dir):
                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     calls = _embedding_calls(model)
     outputs, prefills = [], []
-    for generate in (model.generate, lambda **kw: _generate_with_shared_prompts(model, model.generate, **kw)):
+    for generate in (model.generate, lambda **kw: generate_with_shared_prompts(model, model.generate, **kw)):
         torch.manual_seed(3)
         calls.clear()
         with torch.no_grad():
@@ -162,7 +162,7 @@ def test_two_grpo_steps_agree_with_stock_trl(tiny_model_dir, tmp_path, beta):
     import torch
     import trl
 
-    from trl_trainer import TRLGRPOTrainer as GRPOTrainer
+    from grpokit.trl_trainer import TRLGRPOTrainer as GRPOTrainer
 
     runs = {}
     for name, cls, attn, share in (("trl", trl.GRPOTrainer, "sdpa", False), ("ours", GRPOTrainer, "eager", True)):
@@ -197,7 +197,7 @@ def test_load_model_picks_eager_attention_and_feeds_the_lm_head_contiguous_rows(
     import torch
 
     from config import build_config
-    from model_loader import load_model
+    from grpokit.model_loader import load_model
 
     config = build_config(preset="quick_test", flags={"model_name": str(tiny_model_dir), "load_in_4bit": False})
     model, tokenizer = load_model(config, "transformers")
@@ -243,8 +243,8 @@ def test_leaner_saved_activations_give_the_same_logps_and_gradients(tiny_model_d
     and no act(gate) output among the saved tensors."""
     import torch
 
-    import activation_memory
-    from trl_trainer import TRLGRPOTrainer as GRPOTrainer
+    from grpokit import activation_memory
+    from grpokit.trl_trainer import TRLGRPOTrainer as GRPOTrainer
 
     path = tiny_model_dir if arch == "llama" else _tiny_gemma2_dir(tmp_path / "gemma2", tiny_model_dir)
     results = {}

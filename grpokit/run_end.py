@@ -1,4 +1,6 @@
-"""No fault loses work: whatever stops a run mid-way ends it the way Ctrl-C does.
+"""How a run ends: done, bad input, a fault, a signal, or nothing to do. Exit codes, run-ending exceptions, signals.
+
+No fault loses work: whatever stops a run mid-way ends it the way Ctrl-C does.
 
 `fault_guard(trainer)` wraps `trainer.train()`. When anything raises inside it (a reward function, a bad data row,
 out of memory, a non-finite loss, a reward timeout, a full disk), the run
@@ -21,12 +23,14 @@ kill -9 and the kernel's OOM killer cannot be caught: the newest complete period
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from checkpoints import (
+from config.errors import UsageError
+from grpokit.checkpoints import (
     COMPLETE,
     CheckpointWriteError,
     TrainerCallbackBase,
@@ -34,9 +38,9 @@ from checkpoints import (
     checkpoint_problem,
     latest_complete_checkpoint,
 )
-from config.errors import UsageError
 
 log = logging.getLogger("grpo")
+_PACKAGE = Path(__file__).resolve().parent  # this tool's plumbing: never the "where" of a fault
 
 # The CLI's exit codes, in one place.
 EXIT_CODES = {
@@ -79,6 +83,51 @@ class RunFailed(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.checkpoint = checkpoint
+
+
+class Interrupted(Exception):
+    """Training stopped on SIGINT / SIGTERM after saving a checkpoint."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class AlreadyFinished(Exception):
+    """A resumed run whose checkpoint is already at the end of the planned schedule: nothing to train."""
+
+
+class GracefulStop(TrainerCallbackBase):
+    """First SIGINT / SIGTERM: finish this step, save a checkpoint, stop. A second one interrupts at once."""
+
+    def __init__(self):
+        self.signal_name: str | None = None
+        self._previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signal_name is not None:
+            signal.signal(signum, self._previous[signum])
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+        log.warning("%s received: finishing the current step, then saving a checkpoint (again to abort).",
+                    self.signal_name)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.signal_name is not None:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def restore(self):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get((self.signal_name or "").lower(), 1)
+
 
 
 class FaultWatch(TrainerCallbackBase):
@@ -255,10 +304,10 @@ def _reward_name(err: Exception) -> str | None:
 def _user_frame(frames) -> str | None:
     """file:line of the innermost frame outside the installed libraries and this tool's plumbing: a user's reward or
     data code, if it is in the traceback."""
-    ours = {"faults.py", "checkpoints.py", "trl_trainer.py", "training.py", "train_grpo.py", "grpo_trainer.py"}
     for frame in reversed(frames):
         path = Path(frame.filename)
-        if "site-packages" in path.parts or "dist-packages" in path.parts or path.name in ours:
+        ours = path.parent == _PACKAGE or path.name in ("train_grpo.py", "grpo_trainer.py")
+        if "site-packages" in path.parts or "dist-packages" in path.parts or ours:
             continue
         if str(path).startswith(sys.base_prefix) or str(path).startswith("<"):
             continue

@@ -1,6 +1,6 @@
 """PNG curves of a run, each answering one question, from the files the run leaves in its output directory.
 
-    python plots.py OUTPUT_DIR        # redraw OUTPUT_DIR/plots/*.png and rewrite OUTPUT_DIR/report.html
+    python train_grpo.py report OUTPUT_DIR     # redraw OUTPUT_DIR/plots/*.png and rewrite OUTPUT_DIR/report.html
 
 | file                    | question                                               | read from                                 |
 |-------------------------|--------------------------------------------------------|-------------------------------------------|
@@ -17,104 +17,19 @@ the same prompts decoded greedily before training (step 0) and at every evaluati
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 from config.errors import UsageError
+from grpokit.run_dir import PLOTS_DIR, TRAINER_STATE, generation_log_dir, generation_logs, log_history, run_config
 
-PLOTS_DIR = "plots"
-STATE_FILE = "trainer_state.json"
 # Matplotlib's default cycle minus the colour kept for totals, so a component never looks like the total.
 TOTAL_COLOR = "#222222"
 COMPONENT_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 GREEDY_COLOR = "#d62728"
 
 Series = tuple[list[int], list[float]]
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Reading a run
-# ---------------------------------------------------------------------------------------------------------------------
-
-def read_json(path: Path) -> Any:
-    """A JSON file of the run, or a UsageError naming the file (a run killed mid-write leaves a truncated one)."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{path} is not valid JSON ({err.msg}, line {err.lineno}): the run may have been killed "
-                         "while writing it; delete it or rerun.") from None
-
-
-def run_config(output_dir: Path) -> dict[str, Any]:
-    """The effective config the run wrote (run_config.json), else the one in the newest checkpoint manifest
-    (which leaves out the fields a resume may change)."""
-    path = output_dir / "run_config.json"
-    if not path.exists():
-        # A checkpoint directory carries its own manifest; a run directory has them in its checkpoints.
-        manifests = [output_dir / "run_manifest.json"] if (output_dir / "run_manifest.json").exists() else sorted(
-            output_dir.glob("checkpoint-*/run_manifest.json"), key=lambda p: _step_of(p.parent.name))
-        if not manifests:
-            return {}
-        path = manifests[-1]
-    data = read_json(path)
-    config = data.get("config", data) if isinstance(data, dict) else {}
-    return config if isinstance(config, dict) else {}
-
-
-def log_history(output_dir: Path) -> list[dict[str, Any]]:
-    """TRL's log_history (empty when the directory has no trainer_state.json, e.g. an --eval-only result)."""
-    path = output_dir / STATE_FILE
-    if not path.exists():
-        checkpoints = sorted(output_dir.glob("checkpoint-*/" + STATE_FILE), key=lambda p: _step_of(p.parent.name))
-        if not checkpoints:  # an interrupted run has only its checkpoints' states
-            return []
-        path = checkpoints[-1]
-    data = read_json(path)
-    return data.get("log_history", []) if isinstance(data, dict) else []
-
-
-def generation_log_dir(output_dir: Path) -> Path | None:
-    """Where the run wrote generation_log_step_*.json: the configured directory, generation_logs/, or the output
-    directory itself (an --eval-only result)."""
-    candidates = []
-    for source in (output_dir / "metrics_summary.json", output_dir / "run_config.json"):
-        if source.exists():
-            try:
-                data = json.loads(source.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, OSError):
-                continue
-            data = data.get("config", data) if isinstance(data, dict) else {}
-            if isinstance(data, dict) and data.get("generation_log_dir"):
-                candidates.append(Path(data["generation_log_dir"]))
-    candidates += [output_dir / "generation_logs", output_dir]
-    for candidate in candidates:
-        if candidate.is_dir() and any(candidate.glob("generation_log_step_*.json")):
-            return candidate
-    return None
-
-
-def generation_logs(log_dir: Path | None) -> list[tuple[int, list[dict[str, Any]]]]:
-    """[(global step, entries)] sorted by step; files that are empty or unreadable are skipped."""
-    if log_dir is None:
-        return []
-    logs = []
-    for path in log_dir.glob("generation_log_step_*.json"):
-        try:
-            entries = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, OSError):
-            continue  # a log being written right now, or cut by a crash: the others still tell the story
-        if isinstance(entries, list) and entries:
-            logs.append((_step_of(path.stem), entries))
-    return sorted(logs, key=lambda item: item[0])
-
-
-def _step_of(name: str) -> int:
-    tail = name.rsplit("_", 1)[-1].rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
 
 
 def _number(value: Any) -> float | None:
@@ -376,7 +291,7 @@ def make_plots(output_dir: str | Path) -> list[Path]:
     history = log_history(out)
     logs = generation_logs(generation_log_dir(out))
     if not history and not logs:
-        raise UsageError(f"{out} has no {STATE_FILE}, checkpoint or generation log: give a run's --output-dir "
+        raise UsageError(f"{out} has no {TRAINER_STATE}, checkpoint or generation log: give a run's --output-dir "
                          "(plots are drawn when a run ends).")
     max_length = _number(run_config(out).get("max_completion_length"))
     plots_dir = out / PLOTS_DIR
@@ -395,33 +310,3 @@ def make_plots(output_dir: str | Path) -> list[Path]:
         elif (plots_dir / name).exists():
             (plots_dir / name).unlink()
     return written
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python plots.py",
-        description="Redraw a GRPO run's plots (OUTPUT_DIR/plots/*.png) from its trainer_state.json and generation "
-                    "logs, and rewrite OUTPUT_DIR/report.html (curves + baseline vs final completions).",
-        epilog="Example: python plots.py outputs/quick_test")
-    parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="a run's --output-dir (or an --eval-only result)")
-    parser.add_argument("--no-report", action="store_true", help="only the PNGs, no report.html")
-    args = parser.parse_args(argv)
-    try:
-        written = make_plots(args.output_dir)
-        if not args.no_report:
-            from report import write_report
-
-            written.append(write_report(args.output_dir, plots=written))
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # unreadable or unwritable files: name the file, no traceback
-        print(f"error: {err.filename or args.output_dir}: {err.strerror or err}", file=sys.stderr)
-        return 2
-    for path in written:
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

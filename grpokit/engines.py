@@ -3,14 +3,14 @@
 One small interface (`GenerationEngine`), one module per engine, picked by the config field `generation_engine`
 (the layout of verl's rollout workers):
 
-- `transformers`: TRL's own `generate` path (with our per-group prompt sharing, trl_trainer.py). The trainer keeps
+- `transformers`: TRL's own `generate` path (with our per-group prompt sharing, shared_prompts.py). The trainer keeps
   that path whenever this engine is chosen; the class exists so benchmarks and tests can call it the same way.
-- `llama_cpp`: llama.cpp on CPU (engines/llama_cpp_engine.py). The base model is exported once to an f16 GGUF; the
+- `llama_cpp`: llama.cpp on CPU (engine_llama_cpp.py). The base model is exported once to an f16 GGUF; the
   current LoRA adapter is pushed in as a GGUF LoRA before each step's generation. ~8x transformers' tok/s here.
 - `vllm`: GPU only; selecting it means TRL's `use_vllm=True` (Unsloth: `fast_inference=True`), see `vllm_kwargs`.
 
-The trainer side (how an engine's completions and log-probs reach TRL) is engines/trl_hook.py.
-Heavy imports (torch, llama_cpp) stay inside functions so importing this package is free.
+The trainer side (how an engine's completions and log-probs reach TRL) is trl_engine_adapter.py.
+Heavy imports (torch, llama_cpp) stay inside functions so importing this module is free.
 """
 
 from __future__ import annotations
@@ -82,8 +82,7 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
     exported once per model and cached.
     """
     from config.errors import UsageError
-
-    from .gguf_export import SUPPORTED_ARCHITECTURES
+    from grpokit.gguf_export import SUPPORTED_ARCHITECTURES
 
     if requested not in ENGINE_NAMES:
         raise UsageError(f"generation_engine '{requested}' is unknown: use one of {', '.join(ENGINE_NAMES)}.")
@@ -149,19 +148,3 @@ class EngineSetup:
     max_sequences: int
     max_context: int
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def build_engine(name: str, model, tokenizer, setup: EngineSetup | None = None):
-    """The engine object for `name` ('transformers' or 'llama_cpp'; vLLM is TRL's own, see vllm_kwargs)."""
-    if name == "transformers":
-        from .transformers_engine import TransformersEngine
-
-        return TransformersEngine(model, tokenizer)
-    if name == "llama_cpp":
-        from .llama_cpp_engine import LlamaCppEngine
-
-        assert setup is not None
-        return LlamaCppEngine.from_model_dir(setup.model_dir, threads=setup.threads,
-                                             max_sequences=setup.max_sequences, max_context=setup.max_context,
-                                             trainer_model=model)
-    raise ValueError(f"no engine object for {name!r}")

@@ -24,7 +24,7 @@ log = logging.getLogger("grpo")
 class GenerationLogger(TrainerCallback):
     def __init__(self, rows: list[dict[str, Any]], tokenizer, reward_set: RewardSet, log_dir: Path,
                  max_new_tokens: int, is_main_process: bool = True, pass_k: int = 0, temperature: float = 1.0,
-                 held_out: bool = True):
+                 held_out: bool = True, trainer=None):
         self.rows = rows
         self.held_out = held_out  # False: no eval split, the logged prompts are training prompts (and say so)
         self.tokenizer = tokenizer
@@ -34,7 +34,7 @@ class GenerationLogger(TrainerCallback):
         self.is_main_process = is_main_process
         self.pass_k = pass_k
         self.temperature = temperature
-        self.trainer = None  # set by the runner: TRL's trainer, whose generation engine (if any) decodes the logs
+        self.trainer = trainer  # TRL's trainer, whose generation engine (if any) decodes the logs, as in training
         self.history: list[dict[str, Any]] = []  # one summary per logged evaluation
         self.seconds = 0.0
         existing = sorted(self.log_dir.glob("generation_log_step_*.json")) if self.log_dir.exists() else []
@@ -83,7 +83,7 @@ class GenerationLogger(TrainerCallback):
                      summary["reward_mean"], len(entries), path)
             return summary
         except Exception as err:  # noqa: BLE001 - logging must not kill a long run
-            from faults import stops_the_run
+            from grpokit.run_end import stops_the_run
 
             if stops_the_run(err):  # a broken reward stops the run anyway: "training continues" would contradict it
                 raise
@@ -99,7 +99,7 @@ class GenerationLogger(TrainerCallback):
         the current adapter pushed first), else transformers' batched, left-padded `generate`."""
         import torch
 
-        from engines.trl_hook import engine_generate, uses_engine
+        from grpokit.trl_engine_adapter import engine_generate, uses_engine
 
         tokenizer = self.tokenizer
         if self.trainer is not None and uses_engine(self.trainer):

@@ -7,8 +7,7 @@
   (nanochat re-seeds per step for the same reason).
 - Integrity: each checkpoint carries `run_manifest.json` (config hash, dataset fingerprint, package versions, git
   commit). Resuming with a different config or dataset is refused with the differences, unless --force-resume.
-- Interruption: SIGINT / SIGTERM finish the current step, write a checkpoint, and stop; the CLI then prints how to
-  resume and exits 130 / 143. Other faults (a reward raising, out of memory, a non-finite loss): faults.py.
+- Interruption and faults (how a run ends): run_end.py.
 - Atomic checkpoints (the "reserve, write, mark complete, publish" lifecycle of NeMo Automodel PR 3261; transformers
   issues 35525 / 35782 show what users hit without it): `checkpoint-N/.writing` is created before the first byte and
   removed only after every file (model, optimizer, scheduler, RNG, trainer_state.json, run_manifest.json) is written
@@ -29,7 +28,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -145,38 +143,6 @@ class ManifestWriter(TrainerCallbackBase):
 
     def write(self, checkpoint: Path) -> None:
         (checkpoint / MANIFEST).write_text(json.dumps(self.manifest, indent=2, default=str) + "\n")
-
-
-class GracefulStop(TrainerCallbackBase):
-    """First SIGINT / SIGTERM: finish this step, save a checkpoint, stop. A second one interrupts at once."""
-
-    def __init__(self):
-        self.signal_name: str | None = None
-        self._previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame):
-        if self.signal_name is not None:
-            signal.signal(signum, self._previous[signum])
-            raise KeyboardInterrupt
-        self.signal_name = signal.Signals(signum).name
-        log.warning("%s received: finishing the current step, then saving a checkpoint (again to abort).",
-                    self.signal_name)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.signal_name is not None:
-            control.should_save = True
-            control.should_training_stop = True
-
-    def restore(self):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    @property
-    def exit_code(self) -> int:
-        return {"SIGINT": 130, "SIGTERM": 143}.get(self.signal_name or "", 1)
 
 
 # ---- Atomic checkpoints ----------------------------------------------------------------------------------------------

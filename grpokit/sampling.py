@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import SamplingParams
+from grpokit.engines import SamplingParams
 
 BLOCK = 256  # tokens per block of the two-level inverse CDF in _draw
 

@@ -11,7 +11,8 @@
   vLLM); on on-policy steps (TRL's default settings) the trainer's log-probs of the samples are the loss pass's own,
   so the ratio is computed there, with TRL's formula, and that pass is skipped. Either way it logs
   `sampling/sampling_logp_difference/{mean,max}` and `sampling/importance_sampling_ratio/*`.
-- `attach_engine`: the run's few lines (choose, build, log, hand to the trainer).
+- `resolve_engine` / `start_engine`: the run's few lines (choose before the load, build, log; the trainer takes the
+  engine as a constructor argument).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import json
 import logging
 from pathlib import Path
 
-from . import SamplingParams, build_engine, choose_engine, vllm_kwargs
+from grpokit.engines import EngineSetup, SamplingParams, choose_engine, vllm_kwargs
 
 log = logging.getLogger("grpo")
 
@@ -187,7 +188,7 @@ def local_model_dir(path: str) -> Path | None:
 
 def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
     """(engine, reason) for this run, before the model loads (vllm changes how Unsloth loads it)."""
-    from model_loader import model_path
+    from grpokit.model_loader import model_path
 
     requested = config.generation_engine
     if config.use_vllm or config.fast_inference:
@@ -217,10 +218,12 @@ def engine_threads(requested: int, torch_threads: int) -> int:
     return requested if requested > 0 else torch_threads
 
 
-def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engine=None):
-    """Hand the chosen engine to the trainer, building it unless `engine` (one built for an earlier trainer of the
-    same run) is given; log engine, threads and why in one line. Returns (the engine or None for TRL's own path,
-    the (name, reason) that really runs).
+def start_engine(config, choice: tuple[str, str], model, model_dir: str, trl_args: dict, engine=None):
+    """The chosen engine for the run's TRL trainer (its `generation_engine` constructor argument), built unless
+    `engine` (one built for an earlier trainer of the same run) is given; logs engine, threads and why in one line.
+    `model` is the PEFT model the trainer will train (the engine shares its frozen weights); `trl_args` the TRL
+    GRPOConfig keyword arguments. Returns (the engine or None for TRL's own path, the (name, reason) that really
+    runs).
 
     An engine that fails to start on 'auto' falls back to transformers with a one-line warning; an explicit choice
     raises (UsageError names the fix)."""
@@ -230,7 +233,6 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
 
     name, reason = choice
     if engine is not None:
-        trainer.generation_engine = engine
         return engine, choice
     threads = engine_threads(config.generation_threads, torch.get_num_threads())
     if name != "llama_cpp":
@@ -238,19 +240,17 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
         return None, choice
     completions = max(config.per_device_train_batch_size * config.gradient_accumulation_steps,
                       config.per_device_eval_batch_size)
-    from . import EngineSetup
-
     setup = EngineSetup(model_dir=str(local_model_dir(model_dir) or model_dir), architecture="", threads=threads,
                         max_sequences=completions,
                         max_context=completions * (config.max_prompt_length + config.max_completion_length))
     try:
         unsupported = [f"{key}={value}" for key, value, default in (
-            ("repetition_penalty", trainer.repetition_penalty, 1.0),
-            ("generation_kwargs", trainer.args.generation_kwargs, None)) if value not in (default, {})]
+            ("repetition_penalty", trl_args.get("repetition_penalty", 1.0), 1.0),
+            ("generation_kwargs", trl_args.get("generation_kwargs"), None)) if value not in (default, {})]
         if unsupported:
             raise UsageError(f"the llama_cpp engine does not implement {', '.join(unsupported)}: drop it or use "
                              "--set generation_engine=transformers.")
-        engine = build_engine("llama_cpp", trainer.model, None, setup)
+        engine = build_engine("llama_cpp", model, None, setup)
     except Exception as err:  # noqa: BLE001 - any failure to start the engine: fall back on 'auto', name it otherwise
         why = str(err) if isinstance(err, UsageError) else f"{err.__class__.__name__}: {err}"
         if config.generation_engine == "llama_cpp":
@@ -260,8 +260,23 @@ def attach_engine(trainer, config, choice: tuple[str, str], model_dir: str, engi
                              ) from err
         log.warning("Generation engine: transformers (llama_cpp could not start: %s)", why)
         return None, ("transformers", "llama_cpp could not start")  # later trainers of the run do not retry
-    trainer.generation_engine = engine
     # file only: the run header shows the engine line on the console
     log.info("Generation engine: llama_cpp, %d threads, sampling %s from %s (%s)", threads, engine.weights,
              engine.gguf_path.name, reason, extra={"file_only": True})
     return engine, choice
+
+
+def build_engine(name: str, model, tokenizer, setup: EngineSetup | None = None):
+    """The engine object for `name` ('transformers' or 'llama_cpp'; vLLM is TRL's own, see vllm_kwargs)."""
+    if name == "transformers":
+        from grpokit.engine_transformers import TransformersEngine
+
+        return TransformersEngine(model, tokenizer)
+    if name == "llama_cpp":
+        from grpokit.engine_llama_cpp import LlamaCppEngine
+
+        assert setup is not None
+        return LlamaCppEngine.from_model_dir(setup.model_dir, threads=setup.threads,
+                                             max_sequences=setup.max_sequences, max_context=setup.max_context,
+                                             trainer_model=model)
+    raise ValueError(f"no engine object for {name!r}")

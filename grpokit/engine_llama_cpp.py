@@ -3,7 +3,7 @@
 One llama.cpp context holds every sequence of a call (`n_seq_max` = completions in flight, one unified KV cache).
 Each distinct prompt is decoded once, its tokens carrying the ids of all the sequences that continue it (llama.cpp's
 `batched` example); then every decode step is one batch with one token per unfinished sequence. Logits are read with
-`llama_get_logits_ith` and sampled in numpy (engines/sampling.py), which gives each token's log-prob and seeded,
+`llama_get_logits_ith` and sampled in numpy (sampling.py), which gives each token's log-prob and seeded,
 reproducible samples. The model file is mmapped (no copy of the weights in Python); the LoRA is a few MB.
 
 One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits and upcasts them per
@@ -29,9 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from config.errors import UsageError
-
-from . import SamplingParams
-from .sampling import sample_rows, sequence_rngs
+from grpokit.engines import SamplingParams
+from grpokit.sampling import sample_rows, sequence_rngs
 
 log = logging.getLogger("grpo")
 
@@ -155,9 +154,8 @@ class LlamaCppEngine:
         engine samples from (nearly) the trainer's own distribution."""
         import json
 
-        from model_loader import cache_dir
-
-        from .gguf_export import base_gguf, dequantized_gguf, quantized_weights, remove_stale_exports
+        from grpokit.gguf_export import base_gguf, dequantized_gguf, quantized_weights, remove_stale_exports
+        from grpokit.model_loader import cache_dir
 
         dequantised = trainer_model is not None and bool(quantized_weights(trainer_model))
         path = dequantized_gguf(trainer_model, model_dir, cache_dir()) if dequantised else base_gguf(model_dir,
@@ -221,7 +219,7 @@ class LlamaCppEngine:
             from unsloth_zoo.cpu.ops import Bf16StoredLinear
         except ImportError:
             return 0
-        from .gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE, SUPPORTED_ARCHITECTURES, permute_rows
+        from grpokit.gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE, SUPPORTED_ARCHITECTURES, permute_rows
 
         candidates = [(name, module) for name, module in model.named_modules()
                       if isinstance(module, Bf16StoredLinear) and module.weight.dtype == torch.bfloat16
@@ -326,7 +324,7 @@ class LlamaCppEngine:
 
     def push_adapter(self, model) -> None:
         """Convert `model`'s active LoRA to GGUF, load it, make the context use it, free the previous one."""
-        from .gguf_export import write_lora_gguf
+        from grpokit.gguf_export import write_lora_gguf
 
         started = time.perf_counter()
         L = self._L

@@ -462,36 +462,71 @@ def print_header(lines: Iterable[tuple[str, Any] | str], title: str = "GRPO run"
             console.print(f"[bold]{item[0]:<{width}}[/]  {_escape(item[1])}", highlight=False)
 
 
-def print_summary(summary: dict[str, Any], title: str = "GRPO run finished") -> None:
-    """The end-of-run block from metrics_summary.json's dict: steps, times, rewards before → after, where things are."""
-    console = get_console()
-    console.rule(f"[bold]{title}", style="dim")
-    rows: list[tuple[str, str]] = []
-    if "global_step" in summary:
-        rows.append(("steps", f"{summary['global_step']}  ({summary.get('backend', '?')}, train "
-                              f"{_duration(summary.get('train_seconds'))}, total {_duration(summary.get('total_seconds'))})"))
+def print_summary(summary: dict[str, Any], console=None) -> None:
+    """The end-of-run block, from metrics_summary.json's dict: steps, times, rewards before -> after, where things
+    are. The one summary renderer (the report's page says the same numbers)."""
+    console = console or _summary_console()
+    console.rule("[bold]GRPO run finished")
+    resumed = f" (resumed from {summary['resumed_from']})" if summary.get("resumed_from") else ""
+    console.print(f"steps: {summary['global_step']}{resumed}  backend: {summary['backend']}  "
+                  f"train time: {summary['train_seconds']} s  total: {summary['total_seconds']} s")
     first, last = summary.get("train_reward_first"), summary.get("train_reward_last")
-    if first is not None and last is not None:
-        rows.append(("train reward", f"{_num(first)} → {_num(last)}  (sampled, first → last step)"))
-    greedy = summary.get("generation_eval") if isinstance(summary.get("generation_eval"), dict) else {
-        "baseline": summary.get("generation_eval_baseline"), "final": summary.get("generation_eval_final")}
-    if greedy.get("baseline") is not None:
-        where = "held-out" if greedy.get("held_out", True) else "training"
-        count = f"{greedy['prompts']} " if greedy.get("prompts") else ""
-        rows.append(("eval reward", f"{_num(greedy['baseline'])} → {_num(greedy.get('final'))}  "
-                                    f"(greedy, {count}{where} prompts)"))
-    eval_reward = (summary.get("eval") or {}).get("eval_reward")
-    if eval_reward is not None:
-        rows.append(("eval split", f"{_num(eval_reward)}  (sampled)"))
-    if summary.get("best_checkpoint"):
-        rows.append(("best", f"{summary['best_checkpoint']}  ({_num(summary.get('best_metric'))})"))
-    if summary.get("output_dir"):
-        rows.append(("output", str(summary["output_dir"])))
+    if first is not None:
+        console.print(f"train reward (sampled): first step {first:.3f} -> last step {last:.3f}")
+    greedy = summary.get("generation_eval")
+    if greedy and greedy.get("baseline") is not None:
+        what = "held-out eval prompts" if greedy["held_out"] else "TRAINING prompts (no held-out split)"
+        change = greedy["final"] - greedy["baseline"]
+        verdict = "improved" if change > 1e-9 else "got worse" if change < -1e-9 else "unchanged"
+        console.print(f"greedy reward on {greedy['prompts']} {what}: before training (step {greedy['baseline_step']}) "
+                      f"{greedy['baseline']:.3f} -> now (step {greedy['final_step']}) {greedy['final']:.3f}: {verdict}")
+        for key in sorted(k for k in greedy if k.startswith("pass@")):
+            console.print(f"{key} (sampled): {greedy[key]:.3f}")
+    if summary.get("eval", {}).get("eval_reward") is not None:
+        console.print(f"eval reward (sampled, held-out split): {summary['eval']['eval_reward']:.3f}")
+    for notice in summary.get("notices") or []:
+        console.print(f"note: {notice}")
+    console.print(f"adapter, tokenizer, trainer state, metrics_summary.json: {summary['output_dir']}")
     if summary.get("report"):
-        rows.append(("report", str(summary["report"])))
-    width = max((len(k) for k, _ in rows), default=0)
-    for key, value in rows:
-        console.print(f"[bold]{key:<{width}}[/]  {_escape(value)}", highlight=False)
+        console.print(f"report: {summary['report']}")
+    if "generation_log_dir" in summary:
+        console.print(f"generation logs: {summary['generation_log_dir']}")
+    if summary.get("best_checkpoint"):
+        console.print(f"best checkpoint: {summary['best_checkpoint']} (eval metric {summary['best_metric']:.4g})")
+
+
+def print_eval_only(result: dict[str, Any], console=None) -> None:
+    """The end of an --eval-only run: the adapter, its greedy reward, pass@k and sampled reward, where files are."""
+    console = console or _summary_console()
+    console.rule("[bold]Evaluation finished")
+    greedy, metrics = result.get("generation_log") or {}, result.get("eval") or {}
+    what = "held-out eval prompts" if result.get("held_out") else "training prompts (no held-out split)"
+    console.print(f"adapter: {result['adapter']} (step {result['global_step']})")
+    if greedy.get("reward_mean") is not None:
+        console.print(f"greedy reward on {what}: {greedy['reward_mean']:.3f}")
+    for key in sorted(k for k in greedy if k.startswith("pass@")):
+        console.print(f"{key} (sampled): {greedy[key]:.3f}")
+    if metrics.get("eval_reward") is not None:
+        console.print(f"sampled reward on {what}: {metrics['eval_reward']:.3f}")
+    console.print(f"eval_metrics.json, generation log, report: {result['output_dir']}")
+
+
+def _summary_console():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)  # a summary line stays one line in a log file or a pipe
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or a single process): the one that talks to the user."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def add_file_logging(path) -> None:
+    """The run's log lines also go to grpo_training.log (appended: a resumed run continues the same file)."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.getLogger("grpo").addHandler(handler)
 
 
 def _escape(text: str) -> str:

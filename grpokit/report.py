@@ -1,6 +1,6 @@
 """report.html: one self-contained page that says what a run did and what it changed.
 
-    python report.py OUTPUT_DIR         # (re)write OUTPUT_DIR/report.html; python plots.py OUTPUT_DIR does it too
+    python train_grpo.py report OUTPUT_DIR     # redraw the plots and (re)write OUTPUT_DIR/report.html
 
 What is on the page, top to bottom:
 - the run in numbers (metrics_summary.json) and its settings (run_config.json, else the checkpoint manifest);
@@ -18,14 +18,21 @@ import base64
 import datetime as _dt
 import html
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from config.errors import UsageError
-from plots import generation_log_dir, generation_logs, make_plots, read_json, run_config
-
-REPORT_FILE = "report.html"
+from grpokit.plots import make_plots
+from grpokit.run_dir import (
+    EVAL_METRICS,
+    METRICS_SUMMARY,
+    REPORT_FILE,
+    TRAINER_STATE,
+    generation_log_dir,
+    generation_logs,
+    read_json,
+    run_config,
+)
 
 # The settings a reader wants first; the full config is one click further down.
 KEY_SETTINGS = [
@@ -314,8 +321,8 @@ def write_report(output_dir: str | Path, plots: list[Path] | None = None) -> Pat
     out = Path(output_dir).expanduser()
     if not out.is_dir():
         raise UsageError(f"{out} is not a directory: give a run's --output-dir.")
-    summary = _optional_json(out / "metrics_summary.json")
-    eval_metrics = _optional_json(out / "eval_metrics.json")
+    summary = _optional_json(out / METRICS_SUMMARY)
+    eval_metrics = _optional_json(out / EVAL_METRICS)
     config = run_config(out)
     if not config and eval_metrics.get("adapter"):
         # An --eval-only result: the settings are those of the run that trained the adapter.
@@ -325,7 +332,7 @@ def write_report(output_dir: str | Path, plots: list[Path] | None = None) -> Pat
             if config:
                 break
     logs = generation_logs(generation_log_dir(out))
-    if not (summary or eval_metrics or config or logs or (out / "trainer_state.json").exists()):
+    if not (summary or eval_metrics or config or logs or (out / TRAINER_STATE).exists()):
         raise UsageError(f"{out} has no run files (metrics_summary.json, trainer_state.json, generation logs): give "
                          "a run's --output-dir.")
     if plots is None:
@@ -364,27 +371,10 @@ def write_report(output_dir: str | Path, plots: list[Path] | None = None) -> Pat
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python report.py",
-        description="Write OUTPUT_DIR/report.html: run summary, settings, curves, and baseline vs final completions "
-                    "of the logged eval prompts. Self-contained (no external files).",
-        epilog="Example: python report.py outputs/quick_test")
-    parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="a run's --output-dir (or an --eval-only result)")
-    args = parser.parse_args(argv)
-    try:
-        path = write_report(args.output_dir)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"error: {err.filename or args.output_dir}: {err.strerror or err}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def redraw(output_dir: str | Path, report: bool = True) -> list[Path]:
+    """`python train_grpo.py report OUTPUT_DIR`: redraw plots/*.png and rewrite report.html from the run's files
+    alone (no model, no config). Returns the files written."""
+    written = make_plots(output_dir)
+    if report:
+        written.append(write_report(output_dir, plots=written))
+    return written

@@ -200,7 +200,7 @@ def load_model(config, backend: str, engine: str = "transformers"):
     path = model_path(config.model_name)
     online = True
     if not Path(path).is_dir():  # a hub id: fail in ~2 s when the hub is out of reach, or use the local cache
-        from hub import hub_reachable, use_local_cache_only
+        from grpokit.hub import hub_reachable, use_local_cache_only
 
         online = hub_reachable()
         if not online:
@@ -222,7 +222,7 @@ def load_model(config, backend: str, engine: str = "transformers"):
             model, tokenizer = _load_with_peft(path, config, gc, cuda)
     except OSError as err:
         if not online:
-            from hub import require_hub
+            from grpokit.hub import require_hub
 
             require_hub(f"model '{config.model_name}' (it is not in the local cache)")
         first = str(err).splitlines()[0][:200]
@@ -235,7 +235,7 @@ def load_model(config, backend: str, engine: str = "transformers"):
     contiguous_lm_head_input(model)
     if not cuda and not gc:
         # No activation checkpointing on a CPU: the loss pass keeps every saved tensor, so save fewer copies.
-        import activation_memory
+        from grpokit import activation_memory
 
         changed = activation_memory.apply(model)
         if changed:

@@ -18,48 +18,25 @@ import functools
 import torch
 import trl
 
-
-def _distinct_rows(ids, mask):
-    """(first row of each distinct (ids, mask) row, index of each row's distinct row)."""
-    distinct, row_to_distinct = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
-    rows = torch.arange(ids.size(0), device=ids.device)
-    first_row = torch.full((distinct.size(0),), ids.size(0), dtype=torch.long, device=ids.device)
-    first_row.scatter_reduce_(0, row_to_distinct, rows, "amin")
-    return first_row, row_to_distinct
-
-
-def _generate_with_shared_prompts(model, generate, input_ids=None, attention_mask=None, **kwargs):
-    """`generate` with the prompt cache (all but the last prompt token) prefilled once per distinct prompt.
-
-    generate() then only runs the last prompt token per row before sampling, exactly as it continues from any
-    user-supplied cache; positions follow generate's own rule (cumulative attention mask).
-    """
-    config = kwargs.get("generation_config")
-    if (input_ids is None or attention_mask is None or input_ids.size(1) < 2 or set(kwargs) != {"generation_config"}
-            or config is None or config.cache_implementation is not None or (config.num_return_sequences or 1) != 1):
-        return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    first_row, row_to_prompt = _distinct_rows(input_ids, attention_mask)
-    if first_row.size(0) == input_ids.size(0):
-        return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    mask = attention_mask[first_row, :-1]
-    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    prefix = model(input_ids=input_ids[first_row, :-1], attention_mask=mask, position_ids=positions, use_cache=True,
-                   logits_to_keep=1)
-    cache = prefix.past_key_values
-    cache.reorder_cache(row_to_prompt)
-    return generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
+from grpokit.shared_prompts import distinct_rows, generate_with_shared_prompts
 
 
 class TRLGRPOTrainer(trl.GRPOTrainer):
-    """`share_prompts` is set by the run (make_trainer). Multimodal batches and MoE auxiliary losses always take
-    TRL's own pass."""
+    """TRL's GRPOTrainer plus what this tool adds; every addition is a constructor argument.
 
-    share_prompts: bool = False
+    `share_prompts`: each distinct prompt through the model once (multimodal batches and MoE auxiliary losses always
+    take TRL's own pass). `generation_engine`: a grpokit.engines engine that samples the completions (None: TRL's
+    own generate)."""
+
+    def __init__(self, *args, share_prompts: bool = False, generation_engine=None, **kwargs):
+        self.share_prompts = share_prompts
+        self.generation_engine = generation_engine
+        super().__init__(*args, **kwargs)
 
     def _save_checkpoint(self, model, trial):
         # Atomic checkpoints (checkpoints.py): visible to `latest` and rotation only once every file and the
         # `.complete` marker are on disk; a full disk sets the partial one aside and raises CheckpointWriteError.
-        from checkpoints import save_checkpoint_atomically
+        from grpokit.checkpoints import save_checkpoint_atomically
 
         save_checkpoint_atomically(self, super()._save_checkpoint, model, trial)
 
@@ -97,24 +74,23 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
-    # ---- generation engine (engines/; see engines/trl_hook.py) --------------------------------------------------
-    generation_engine = None  # set by the run: an engines.GenerationEngine; None = TRL's own generate
+    # ---- generation engine (grpokit/engines.py; how it plugs into TRL: trl_engine_adapter.py) ---------------------
 
     def _generate_and_score_completions(self, *args, **kwargs):
-        from engines.trl_hook import importance_sampling, timed
+        from grpokit.trl_engine_adapter import importance_sampling, timed
 
         with importance_sampling(self), timed(self, "timing/generate_and_score_s"):
             # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs
             return super()._generate_and_score_completions(*args, **kwargs)
 
     def _compute_loss(self, model, inputs):
-        from engines.trl_hook import importance_sampling
+        from grpokit.trl_engine_adapter import importance_sampling
 
         with importance_sampling(self, inputs):
             return super()._compute_loss(model, inputs)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
-        from engines.trl_hook import generate_for_trainer, timed, uses_engine
+        from grpokit.trl_engine_adapter import generate_for_trainer, timed, uses_engine
 
         with timed(self, "timing/generation_s"):  # per-phase step times (bench/bench_speed.py)
             if uses_engine(self) and images is None and not multimodal_fields:
@@ -126,7 +102,7 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
             return super()._generate_single_turn(*args, **kwargs)
         model = self.accelerator.unwrap_model(self.model)
         own = vars(model).get("generate")  # Unsloth may have wrapped generate on the instance already
-        model.generate = functools.partial(_generate_with_shared_prompts, model, model.generate)
+        model.generate = functools.partial(generate_with_shared_prompts, model, model.generate)
         try:
             return super()._generate_single_turn(*args, **kwargs)
         finally:
@@ -137,7 +113,7 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
 
     def _shared_prompt_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
         prompt_len = input_ids.size(1) - logits_to_keep
-        first_row, row_to_prompt = _distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
+        first_row, row_to_prompt = distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
         # Nothing shared, or activation checkpointing on in training (transformers then returns no key/value cache,
         # so there is nothing to share): TRL's own pass.
         checkpointing = model.training and getattr(self.accelerator.unwrap_model(model), "is_gradient_checkpointing",

@@ -4,7 +4,7 @@ Without this check an offline machine (or one behind a proxy it was not told abo
 huggingface_hub's retries before failing with a stack of connection errors. `require_hub("Qwen/Qwen2.5-7B")` turns
 that into one line, up front, before any model or data is loaded:
 
-    from hub import require_hub
+    from grpokit.hub import require_hub
     require_hub(f"model '{hub_id}'")      # raises config.errors.UsageError when the hub cannot be reached
 
 Only the standard library is used, so the check costs nothing at import time.

@@ -7,7 +7,7 @@ tests the same interface as the other engines.
 
 from __future__ import annotations
 
-from . import SamplingParams
+from grpokit.engines import SamplingParams
 
 
 class TransformersEngine:
@@ -24,7 +24,7 @@ class TransformersEngine:
         import torch
         from transformers import GenerationConfig
 
-        from trl_trainer import _generate_with_shared_prompts
+        from grpokit.shared_prompts import generate_with_shared_prompts
 
         pad = self.tokenizer.pad_token_id
         rows = [p for p in prompt_token_ids for _ in range(n)]
@@ -39,7 +39,7 @@ class TransformersEngine:
         torch.manual_seed(sampling.seed)
         model = self.model
         with torch.no_grad():
-            out = _generate_with_shared_prompts(model, model.generate, input_ids=input_ids,
+            out = generate_with_shared_prompts(model, model.generate, input_ids=input_ids,
                                                 attention_mask=attention_mask, generation_config=config)
         new = out.sequences[:, width:]
         temperature = 1.0 if sampling.is_greedy else sampling.temperature

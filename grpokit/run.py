@@ -1,0 +1,701 @@
+"""One GRPO run, the one path every run takes: the spec's API (grpo_trainer.py) re-exports this class, and the CLI
+(train_grpo.py) is a thin shell over it.
+
+A run reads top to bottom: config -> data -> rewards -> model -> TRL trainer -> train -> evaluate -> save. Data and
+rewards are checked before the model loads, so bad input never costs a model load. Nothing here calls `sys.exit`:
+bad input raises `UsageError`, a fault during training raises `RunFailed`, Ctrl-C raises `Interrupted` (each
+after saving what can be saved); the CLI turns them into one line and an exit code.
+
+Heavy libraries (torch, unsloth, trl) are imported inside the methods: importing this module is instant.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from config.errors import UsageError
+from config.loader import normalise_layer, trl_kwargs, validate
+from config.schema import GRPORunConfig
+from grpokit.run_dir import (
+    EVAL_METRICS,
+    GENERATION_LOGS,
+    METRICS_SUMMARY,
+    RUN_CONFIG,
+    TRAINER_STATE,
+    read_trainer_state,
+)
+from grpokit.run_end import AlreadyFinished, Interrupted
+
+log = logging.getLogger("grpo")
+
+
+class GRPOConfig(GRPORunConfig):
+    """Every config field as a keyword argument, checked exactly as a JSON config file or the CLI checks it.
+
+    >>> GRPOConfig(model_name="smollm2-135m", max_smaples=10)
+    Traceback (most recent call last):
+    config.errors.UsageError: GRPOConfig: unknown config key 'max_smaples'. Did you mean 'max_samples'?
+
+    Built-in defaults apply (no preset); any field of TRL's GRPOConfig may be passed too (e.g. top_p=0.9).
+    """
+
+    def __init__(self, **fields: Any):
+        checked = normalise_layer(fields, "GRPOConfig")
+        super().__init__(**checked)
+        self.record_sources(dict.fromkeys([*checked, *checked.get("trl_args", {})], "api"))
+        validate(self, world_size=int(os.environ.get("WORLD_SIZE", "1")))
+
+
+class GRPOTrainer:
+    """One GRPO run: `load_model()`, `train(dataset)`, `evaluate()`, `save_model(path)`.
+
+    `reward_funcs`: your own reward functions (TRL's contract, `fn(prompts, completions, **columns) -> list`), added
+    to the config's reward set with weight 1 each. Calls out of order do the obvious thing: `train` before
+    `load_model` loads the model; `evaluate`/`save_model` before anything is loaded raise a UsageError that says so.
+    """
+
+    def __init__(self, config: GRPORunConfig | dict[str, Any] | None = None, reward_funcs: list | None = None,
+                 verbose: bool = False):
+        if config is None:
+            config = GRPOConfig()
+        elif isinstance(config, dict):
+            config = GRPOConfig(**config)
+        elif not isinstance(config, GRPORunConfig):
+            raise UsageError(f"GRPOTrainer(config): expected a GRPOConfig or a dict of config fields, not "
+                             f"{type(config).__name__}.")
+        self.config = config
+        self.extra_reward_funcs = list(reward_funcs or [])
+        self.verbose = verbose
+        self.backend: str | None = None
+        self.model = None
+        self.tokenizer = None
+        self.trainer = None  # TRL's GRPOTrainer (our subclass), built by train()/evaluate()
+        self.train_dataset = None
+        self.eval_dataset = None
+        self.data_report = None
+        self.reward_set = None
+        self.generation_logger = None
+        self.resume_from: Path | None = None
+        self.manifest: dict[str, Any] | None = None
+        self.generation_engine = None  # the run's engine (grpokit.engines), kept across its trainers
+        self.engine_choice: tuple[str, str] | None = None  # (engine, why), chosen before the model loads
+        self.notices: list[str] = []  # settings the run adjusted, said once in the log and in the summary
+        self._started = time.perf_counter()
+
+    # ---- data and rewards (no model needed) ----------------------------------------------------------------------
+    def load_data(self, dataset=None):
+        """The training (and eval) rows: the config's dataset, or `dataset` (a `datasets.Dataset` of mapped rows,
+        what `create_grpo_dataloader` returns, or a list of dicts). Returns (train, eval or None, report)."""
+        from data_loader import as_grpo_dataset, load_for_config
+
+        config = self.config
+        if dataset is None:
+            self.train_dataset, self.eval_dataset, self.data_report = load_for_config(config)
+        else:
+            self.train_dataset, self.eval_dataset, self.data_report = as_grpo_dataset(dataset, config)
+        self.reward_set = None  # the default reward set depends on the data
+        return self.train_dataset, self.eval_dataset, self.data_report
+
+    def build_rewards(self, explicit: bool | None = None):
+        """The reward set for the data: the config's file or preset, else the data's default.
+
+        `explicit`: whether the rewards were asked for by the user (a flag, a file, --set, GRPOConfig) or came from a
+        preset; by default the config builder's record of who set `reward_config_name` / `reward_config` says.
+        A preset's rewards that cannot score this data are replaced by the data's default with a notice; rewards
+        the user asked for are refused with the fix."""
+        from rewards import check_columns
+        from rewards.fit import default_reward_preset, unscorable_components
+
+        if self.train_dataset is None:
+            self.load_data()
+        config, report = self.config, self.data_report
+        if explicit is None:
+            explicit = config.named_by_user("reward_config_name", "reward_config")
+        columns = set(self.train_dataset.column_names)
+        reward_set = reward_set_for(config, report.format, self.extra_reward_funcs)
+        missing = unscorable_components(reward_set, self.train_dataset)
+        if missing or not _columns_fit(reward_set, columns):
+            default = default_reward_preset(config, report.format)
+            if not explicit and default != config.reward_config_name:
+                notice = (f"reward preset '{config.reward_config_name}' cannot score {report.source} "
+                          f"({_why(missing, reward_set, columns)}): using the data's default, '{default}'.")
+                self.notices.append(notice)
+                log.warning("%s", notice)
+                config.reward_config_name, config.reward_config = default, ""
+                reward_set = reward_set_for(config, report.format, self.extra_reward_funcs)
+                missing = unscorable_components(reward_set, self.train_dataset)
+            if missing:
+                raise UsageError(
+                    f"Reward(s) {', '.join(missing)} cannot score any row of {report.source} ({_why(missing, reward_set, columns)}): "
+                    f"every reward would be None and nothing would be learned. Use --reward-preset "
+                    f"{default_reward_preset(config, report.format)} or data with the columns they need.")
+        check_columns(reward_set, columns, report.source)
+        self.reward_set = reward_set
+        return reward_set
+
+    # ---- checks that guard a run (no model needed) -----------------------------------------------------------------
+    def check_run(self) -> None:
+        """Everything that would make a run fail after the model has loaded, or at its very end, refused now with one
+        line: an output directory we cannot write, W&B missing or not logged in, vLLM without CUDA, a 4-bit merge
+        on a machine that cannot merge into 4-bit. `train()` and `evaluate_adapter()` call it before loading; the
+        CLI calls it first of all (so --dry-run says it too)."""
+        config = self.config
+        check_output_dir(config.output_dir)
+        if config.generation_log_dir:
+            check_output_dir(config.generation_log_dir)
+        if config.wandb_project:
+            check_wandb()
+        if config.use_vllm or config.fast_inference or (config.save_merged and config.load_in_4bit):
+            import torch  # only paid when a GPU-only setting is asked for
+
+            cuda = torch.cuda.is_available()
+            if (config.use_vllm or config.fast_inference) and not cuda:
+                raise UsageError("vLLM generation (use_vllm / fast_inference) needs a CUDA GPU; this machine has "
+                                 "none. Drop --use-vllm to generate with transformers.")
+            if config.save_merged and config.load_in_4bit and not cuda:
+                # Refused now, not after training: merging into 4-bit weights needs Unsloth's GPU path.
+                raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge "
+                                 "into 4-bit): add --no-4bit, or merge later on a GPU.")
+
+    # ---- model -----------------------------------------------------------------------------------------------------
+    def load_model(self):
+        """Load the model and tokenizer with LoRA adapters through the configured backend. Returns (model, tokenizer)."""
+        from grpokit.model_loader import choose_backend, import_backend, load_model
+
+        started = time.perf_counter()
+        self.backend = import_backend(choose_backend(self.config.backend))  # Unsloth before trl / transformers
+        import torch
+
+        from grpokit.trl_engine_adapter import (
+            resolve_engine,  # [engines] before the load: choosing vllm changes how it loads
+        )
+
+        self.engine_choice = resolve_engine(self.config, self.backend, torch.cuda.is_available())
+        self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0])
+        log.info("Backend: %s (torch %s, %s); model %s loaded in %.1f s", self.backend, torch.__version__,
+                 "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads",
+                 self.config.model_name, time.perf_counter() - started)
+        return self.model, self.tokenizer
+
+    # ---- training --------------------------------------------------------------------------------------------------
+    def train(self, dataset=None, resume_from_checkpoint: str | os.PathLike | None = None,
+              force_resume: bool = False) -> dict[str, Any]:
+        """Train; returns the run summary (also written to OUTPUT_DIR/metrics_summary.json).
+
+        `dataset`: as for `load_data` (default: the config's dataset). `resume_from_checkpoint`: a checkpoint-N
+        directory or 'latest'. A run already at the end of its schedule trains nothing and says so."""
+        from grpokit.checkpoints import build_manifest, check_resume, hold_output_lock
+
+        config = self.config
+        self.check_run()
+        if dataset is not None or self.train_dataset is None:
+            self.load_data(dataset)
+        if self.reward_set is None:
+            self.build_rewards()
+        out = Path(config.output_dir)
+        if resume_from_checkpoint:
+            self.resume_from = resolve_checkpoint(str(resume_from_checkpoint), out)
+        self.manifest = build_manifest(_config_dict(config), dataset_fingerprint(self.train_dataset))
+        if self.resume_from is not None:
+            check_resume(self.resume_from, self.manifest, force_resume)
+            self._check_not_finished(self.resume_from)
+        if self.model is None:
+            self.load_model()
+        out.mkdir(parents=True, exist_ok=True)
+        hold_output_lock(out)  # faults: one run per output dir (a second one: UsageError naming the PID)
+        self._filter_long_prompts()
+        trainer = self._build_trainer(training=True)
+        if trainer.is_world_process_zero():
+            self._print_header(trainer)
+        return self._run(trainer)
+
+    def _print_header(self, trainer) -> None:
+        """The start of the run on one screen: model, backend, engine, data, rewards, steps and batch shape (the
+        whole config is in grpo_training.log and run_config.json)."""
+        from grpokit.console import print_header
+
+        config, report, args = self.config, self.data_report, trainer.args
+        engine = self.engine_choice or ("transformers", "")
+        running = self.generation_engine
+        if running is not None:
+            engine = (f"{engine[0]}, {running.threads} threads", engine[1])
+        dropped = sum(n for reasons in report.dropped.values() for n in reasons.values())
+        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        steps = args.max_steps if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
+        print_header([
+            ("model", f"{config.model_name} ({self.backend}, {'4-bit' if config.load_in_4bit else '16-bit'} "
+                      f"LoRA r{config.lora_r})"),
+            ("engine", f"{engine[0]}" + (f" ({engine[1]})" if engine[1] else "")),
+            ("data", f"{len(self.train_dataset)} train / "
+                     f"{len(self.eval_dataset) if self.eval_dataset is not None else 0} held-out prompts from "
+                     f"{report.source}" + (f"; {dropped} rows dropped (see the log)" if dropped else "")),
+            ("rewards", f"{config.reward_function_type}: " + ", ".join(
+                f"{n} x{w:g}" for n, w in zip(self.reward_set.names, self.reward_set.weights, strict=True))),
+            ("steps", f"{steps}, {per_step // config.num_generations} prompts x {config.num_generations} completions "
+                      f"per step, lr {config.learning_rate:g}"),
+            ("output", str(config.output_dir)),
+        ])
+
+    def _check_not_finished(self, checkpoint: Path) -> None:
+        """Resume means continue: a checkpoint at the end of the schedule it was trained for is a finished run,
+        unless max_steps now asks for more (extending a run; the schedule is then re-planned, see trl_trainer)."""
+        state = read_trainer_state(checkpoint)
+        step, planned = state.get("global_step", 0), state.get("max_steps", 0)
+        wanted = self.config.max_steps if self.config.max_steps > 0 else planned
+        if step >= wanted:
+            raise AlreadyFinished(
+                f"{checkpoint} is step {step} of a run planned for {planned} steps: the run is finished, nothing to "
+                f"train. To train further, raise --max-steps above {step}.")
+        if wanted != planned:
+            log.info("Extending the run from %d to %d steps: the learning-rate schedule is re-planned for %d steps "
+                     "from step %d.", planned, wanted, wanted, step)
+
+    def _filter_long_prompts(self) -> None:
+        from data_loader import filter_long_prompts
+
+        self.train_dataset, self.eval_dataset = filter_long_prompts(
+            self.train_dataset, self.eval_dataset, self.tokenizer, self.config.max_prompt_length, self.data_report)
+        for split, reasons in self.data_report.dropped.items():
+            for reason, count in reasons.items():
+                log.info("Dropped %d %s rows: %s", count, split, reason)
+        log.debug("Data: %d train prompts, %s", len(self.train_dataset),  # the run header shows it
+                 f"{len(self.eval_dataset)} held-out eval prompts" if self.eval_dataset is not None
+                 else "no held-out eval split (evaluations use training prompts and are labelled so)")
+
+    def _build_trainer(self, training: bool, output_dir: Path | None = None):
+        """TRL's GRPOTrainer (our subclass in trl_trainer.py) on the config, with our callbacks."""
+        import torch
+        from trl import GRPOConfig as TRLConfig
+
+        from grpokit.callbacks import GenerationLogger, LearningSignalCheck, LogLinesCallback, WandbRunConfig
+        from grpokit.checkpoints import DeterministicSampling, ManifestWriter
+        from grpokit.model_loader import model_path
+        from grpokit.trl_engine_adapter import start_engine
+        from grpokit.trl_trainer import TRLGRPOTrainer
+        from rewards import build_reward_functions
+
+        config = self.config
+        reward_funcs, reward_weights = build_reward_functions(self.reward_set, config.reward_function_type,
+                                                              timeout=config.reward_timeout)
+        if config.wandb_project and training:
+            os.environ["WANDB_PROJECT"] = config.wandb_project
+        kwargs = grpo_config_kwargs(config, self.eval_dataset is not None, reward_weights)
+        if output_dir is not None:
+            kwargs.update(output_dir=str(output_dir), report_to="none", save_strategy="no")
+        if not torch.cuda.is_available():
+            kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
+        share_prompts = config.share_prompts
+        if share_prompts and self.backend == "unsloth" and torch.cuda.is_available():
+            # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
+            log.info("share_prompts: not used with Unsloth's GPU trainer (it computes log-probs with its own kernels).")
+            share_prompts = False
+        # [engines] the chosen generation engine, built once and kept across the run's trainers
+        self.generation_engine, self.engine_choice = start_engine(
+            config, self.engine_choice, self.model, model_path(config.model_name), kwargs, self.generation_engine)
+        trainer = TRLGRPOTrainer(model=self.model, processing_class=self.tokenizer, reward_funcs=reward_funcs,
+                                 args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
+                                 eval_dataset=self.eval_dataset, share_prompts=share_prompts,
+                                 generation_engine=self.generation_engine)
+        trainer.add_callback(LogLinesCallback())
+        if training:
+            trainer.add_callback(LearningSignalCheck())
+            trainer.add_callback(DeterministicSampling())
+            if self.manifest is not None:
+                trainer.add_callback(ManifestWriter(self.manifest))
+            if config.wandb_project:
+                # after TRL's W&B callback, so its run exists when ours adds the config
+                trainer.add_callback(WandbRunConfig(_config_dict(config)))
+        self.generation_logger = None
+        if config.enable_generation_logging:
+            held_out = self.eval_dataset is not None
+            source = self.eval_dataset if held_out else self.train_dataset
+            rows = [source[i] for i in range(min(config.max_generation_samples, len(source)))]
+            log_dir = output_dir or Path(config.generation_log_dir or Path(config.output_dir) / GENERATION_LOGS)
+            self.generation_logger = GenerationLogger(
+                rows, self.tokenizer, self.reward_set, log_dir,
+                max_new_tokens=config.generation_max_new_tokens or config.max_completion_length,
+                is_main_process=trainer.is_world_process_zero(), pass_k=config.eval_pass_k,
+                temperature=config.temperature, held_out=held_out, trainer=trainer)
+            if training:
+                trainer.add_callback(self.generation_logger)
+        if training:
+            from grpokit.console import install_progress
+
+            install_progress(trainer)  # one Rich bar (plain lines when not a terminal) instead of tqdm + dicts
+        self.trainer = trainer
+        return trainer
+
+    def _run(self, trainer) -> dict[str, Any]:
+        from grpokit.run_end import GracefulStop, fault_guard
+
+        stop = GracefulStop()
+        trainer.add_callback(stop)
+        started = time.perf_counter()
+        resume = str(self.resume_from) if self.resume_from is not None else None
+        try:
+            # faults.py: anything that raises from here to the last file written (training, the final evaluation,
+            # the final save on a full disk) saves the last completed step and becomes one RunFailed line.
+            with fault_guard(trainer, verbose=self.verbose):
+                train_result = trainer.train(resume_from_checkpoint=resume)
+                train_seconds = time.perf_counter() - started
+                if stop.signal_name is None:
+                    summary = self._finish(trainer, train_result, train_seconds)
+        finally:
+            stop.restore()
+        if stop.signal_name is not None:
+            checkpoint = Path(self.config.output_dir) / f"checkpoint-{trainer.state.global_step}"
+            raise Interrupted(
+                f"{stop.signal_name} at step {trainer.state.global_step}: checkpoint saved to {checkpoint}. Resume "
+                f"with the same command plus --resume-from-checkpoint {checkpoint} (or 'latest').", stop.exit_code)
+        # Every rank says where it ended, so a multi-process run shows that all ranks agree (one process: the log
+        # file only; the summary below says the step).
+        log.info("rank %d of %d finished at global step %d", trainer.args.process_index, trainer.args.world_size,
+                 trainer.state.global_step, extra={"file_only": trainer.args.world_size == 1})
+        return summary
+
+    def _finish(self, trainer, train_result, train_seconds) -> dict[str, Any]:
+        """The final evaluation, the summary and every output file."""
+        eval_metrics: dict[str, Any] = {}
+        config = self.config
+        if self.eval_dataset is not None and not (config.eval_steps and trainer.state.global_step % config.eval_steps == 0):
+            eval_metrics = self._trl_evaluate(trainer)  # always end with an evaluation (it writes the last log too)
+        elif self.eval_dataset is None and self.generation_logger is not None:
+            self.generation_logger.log_generations(trainer.model, trainer.state.global_step)
+        summary = self._summary(trainer, train_result, eval_metrics, train_seconds)
+        self.save_model()
+        trainer.save_state()  # trainer_state.json: the full log history
+        if trainer.is_world_process_zero():
+            self._write_outputs(summary)
+        return summary
+
+    # ---- evaluation ------------------------------------------------------------------------------------------------
+    def evaluate(self, dataset=None) -> dict[str, Any]:
+        """TRL's sampled evaluation on the held-out split (or `dataset`) plus a greedy generation log; returns the
+        metrics. Needs a model: after `train()` it evaluates the trained adapter."""
+        if self.model is None:
+            raise UsageError("evaluate() needs a model: call load_model() (and train(), or load an adapter) first.")
+        if dataset is not None:
+            from data_loader import as_grpo_dataset
+
+            self.eval_dataset, _, _ = as_grpo_dataset(dataset, self.config)
+        if self.train_dataset is None:
+            self.load_data()
+        if self.reward_set is None:
+            self.build_rewards()
+        trainer = self.trainer or self._build_trainer(training=False)
+        if self.eval_dataset is None:
+            raise UsageError("evaluate(): there is no held-out eval split; pass evaluate(dataset) with eval rows "
+                             "or set eval_fraction > 0.")
+        metrics = self._trl_evaluate(trainer)
+        if self.generation_logger is not None:
+            greedy = self.generation_logger.log_generations(trainer.model, trainer.state.global_step)
+            if greedy:
+                metrics["greedy_reward"] = greedy["reward_mean"]
+        return metrics
+
+    def evaluate_adapter(self, adapter_dir: Path) -> dict[str, Any]:
+        """`--eval-only`: load a saved adapter onto the base model, write a generation log, eval metrics and the
+        run report into OUTPUT_DIR/eval_only/<adapter>-step_<N>/; the adapter is not modified."""
+        self.check_run()
+        adapter_config = check_adapter_dir(adapter_dir, self.config.model_name)
+        if self.train_dataset is None:
+            self.load_data()
+        if self.reward_set is None:
+            self.build_rewards()
+        config = self.config
+        # The adapter's own shape, whatever the config says, so its weights fit.
+        config.lora_r, config.lora_alpha = adapter_config["r"], adapter_config["lora_alpha"]
+        config.lora_target_modules = sorted(adapter_config["target_modules"])
+        self.load_model()
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        result = set_peft_model_state_dict(self.model, load_file(str(adapter_dir / "adapter_model.safetensors")))
+        if getattr(result, "unexpected_keys", None):
+            raise UsageError(f"{adapter_dir}: adapter weights do not fit {config.model_name} "
+                             f"({len(result.unexpected_keys)} unexpected tensors).")
+        self._filter_long_prompts()
+        held_out = self.eval_dataset is not None
+        if not held_out:
+            self.eval_dataset = self.train_dataset.select(range(min(len(self.train_dataset),
+                                                                    config.max_eval_samples or 64)))
+        step = read_trainer_state(adapter_dir)["global_step"] if (adapter_dir / TRAINER_STATE).exists() else 0
+        out = eval_only_dir(config.output_dir, adapter_dir, step)
+        out.mkdir(parents=True, exist_ok=True)
+        trainer = self._build_trainer(training=False, output_dir=out)
+        greedy = (self.generation_logger.log_generations(trainer.model, step) or {}) if self.generation_logger else {}
+        metrics = self._trl_evaluate(trainer)
+        result = {"adapter": str(adapter_dir), "global_step": step, "held_out": held_out,
+                  "eval": metrics, "generation_log": greedy, "output_dir": str(out)}
+        (out / EVAL_METRICS).write_text(json.dumps(result, indent=2, default=str) + "\n")
+        _write_report(out)
+        return result
+
+    @staticmethod
+    def _trl_evaluate(trainer) -> dict[str, Any]:
+        """trainer.evaluate(), plus the reward metrics TRL logs but does not return (eval_reward, eval_rewards/...),
+        minus counters that mean nothing for an evaluation (eval_num_tokens is the training token count)."""
+        metrics = dict(trainer.evaluate())
+        for entry in reversed(trainer.state.log_history):
+            if "eval_reward" in entry:
+                metrics.update({k: v for k, v in entry.items() if k.startswith("eval_")})
+                break
+        metrics.pop("eval_num_tokens", None)
+        return metrics
+
+    # ---- saving ----------------------------------------------------------------------------------------------------
+    def save_model(self, path: str | os.PathLike | None = None) -> Path:
+        """Save the LoRA adapter and tokenizer (default: config.output_dir); with save_merged, also a merged 16-bit
+        model in <path>/merged_16bit. Returns the directory."""
+        if self.model is None:
+            raise UsageError("save_model() needs a model: call load_model() and train() first.")
+        out = Path(path or self.config.output_dir)
+        if self.trainer is not None:
+            self.trainer.save_model(str(out))  # rank 0 writes; handles wrapped (DDP/FSDP) models
+            main = self.trainer.is_world_process_zero()
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(str(out))
+            main = True
+        if main:
+            self.tokenizer.save_pretrained(str(out))
+            verify_adapter(out)
+            if self.config.save_merged:
+                engine = self.generation_engine
+                if hasattr(engine, "unshare_weights"):
+                    # the trainer's own bf16 weights back: Unsloth then merges them in float32 exactly as in a run
+                    # without the engine, and no merge can write into the engine's read-only mapping
+                    engine.unshare_weights()
+                save_merged(self.model, self.tokenizer, out / "merged_16bit")
+        return out
+
+    # ---- the summary -----------------------------------------------------------------------------------------------
+    def _summary(self, trainer, train_result, eval_metrics, train_seconds) -> dict[str, Any]:
+        config, logger = self.config, self.generation_logger
+        train_rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+        summary: dict[str, Any] = {
+            "backend": self.backend,
+            "model": config.model_name,
+            "global_step": trainer.state.global_step,
+            "resumed_from": str(self.resume_from) if self.resume_from else None,
+            "train_seconds": round(train_seconds, 2),
+            "total_seconds": round(time.perf_counter() - self._started, 2),
+            "train_reward_first": train_rewards[0] if train_rewards else None,
+            "train_reward_last": train_rewards[-1] if train_rewards else None,
+            "train_loss": train_result.training_loss,
+            "eval": eval_metrics,
+            "output_dir": str(config.output_dir),
+            "best_checkpoint": trainer.state.best_model_checkpoint,
+            "best_metric": trainer.state.best_metric,
+            "notices": self.notices,
+        }
+        if logger is not None and logger.history:
+            baseline = logger.baseline()  # the run's real step-0 figure, carried across resumes
+            summary["generation_eval"] = {
+                "prompts": len(logger.rows),
+                "held_out": logger.held_out,
+                "baseline_step": baseline["global_step"] if baseline else None,
+                "baseline": baseline["reward_mean"] if baseline else None,
+                "final_step": logger.history[-1]["global_step"],
+                "final": logger.history[-1]["reward_mean"],
+                **{key: logger.history[-1][key] for key in logger.history[-1] if key.startswith("pass@")},
+            }
+            summary["generation_logging_seconds"] = round(logger.seconds, 2)
+            summary["generation_log_dir"] = str(logger.log_dir)
+        return summary
+
+    def _write_outputs(self, summary: dict[str, Any]) -> None:
+        out = Path(self.config.output_dir)
+        (out / RUN_CONFIG).write_text(json.dumps(_config_dict(self.config), indent=2, default=str) + "\n")
+        try:
+            from grpokit.plots import make_plots
+
+            summary["plots"] = [str(p) for p in make_plots(out)]
+        except Exception as err:  # noqa: BLE001 - a plot must never cost the run its summary
+            log.error("Plotting failed (%s: %s)", err.__class__.__name__, err)
+        (out / METRICS_SUMMARY).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        report = _write_report(out, [Path(p) for p in summary.get("plots", [])])
+        if report is not None:
+            summary["report"] = str(report)
+
+
+# ---- pieces the class uses ---------------------------------------------------------------------------------------
+
+
+def check_output_dir(path: str) -> Path:
+    """Refuse an output directory we could not write, before anything is loaded or written."""
+    out = Path(path).expanduser()
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise UsageError(f"Output directory {out} is not writable ({probe} is not a writable directory): "
+                         "choose another --output-dir.")
+    return out
+
+
+def check_wandb() -> None:
+    """W&B problems surface now, not as a crash or a login prompt in the middle of a run."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise UsageError("--wandb-project needs wandb: pip install wandb (or drop --wandb-project / use --no-wandb).")
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    if not (netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore")):
+        raise UsageError("W&B is not logged in: run `wandb login`, set WANDB_API_KEY, or log offline with "
+                         "WANDB_MODE=offline (or drop --wandb-project).")
+
+
+def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: list[float] | None) -> dict[str, Any]:
+    """Everything TRL's GRPOConfig receives (kept separate so tests can check what we hand over)."""
+    kwargs = trl_kwargs(config)
+    evaluate_during = has_eval and config.eval_steps > 0
+    kwargs.update(
+        eval_strategy="steps" if evaluate_during else "no",
+        eval_steps=config.eval_steps if evaluate_during else None,
+        save_strategy="steps" if config.save_steps else "no",
+        save_steps=config.save_steps or 500,
+        save_total_limit=config.save_total_limit or None,
+        report_to=["wandb"] if config.wandb_project else "none",
+        run_name=config.run_name or None,
+        reward_weights=reward_weights,
+        log_completions=False,
+        disable_tqdm=True,  # console.ProgressCallback draws the one progress bar (and no raw metrics dicts)
+    )
+    if evaluate_during and config.save_steps and config.best_metric:
+        # transformers tracks the best checkpoint (state.best_model_checkpoint) by this eval metric.
+        kwargs.update(metric_for_best_model=f"eval_{config.best_metric}", greater_is_better=True,
+                      load_best_model_at_end=config.load_best_model_at_end)
+    # GRPOConfig turns activation checkpointing on by default; 'false' has to reach it, or every step silently pays
+    # a second forward pass (the recompute) on top of the one it needs.
+    kwargs.setdefault("gradient_checkpointing", config.use_gradient_checkpointing != "false")
+    if config.fast_inference:
+        # Unsloth's in-process vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
+        kwargs["use_vllm"] = True
+    return kwargs
+
+
+def dataset_fingerprint(train_ds) -> str:
+    """Content and order of the training prompts (ids are derived from content for every source)."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(list(train_ds["id"])).encode())
+    digest.update(json.dumps(train_ds[0]["prompt"] if len(train_ds) else None).encode())
+    return digest.hexdigest()[:16]
+
+
+def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) -> Path:
+    """A checkpoint path from --resume-from-checkpoint: 'latest' (the newest complete checkpoint-N in the output dir;
+    incomplete ones are set aside with a warning; named in the log) or a path, checked complete before anything
+    loads (checkpoints.resolve_resume)."""
+    from grpokit.checkpoints import resolve_resume
+
+    path = Path(resolve_resume(str(value), Path(output_dir), eval_only))
+    if value == "latest":
+        log.info("--resume-from-checkpoint latest: %s", path)
+    return path
+
+
+def check_adapter_dir(path: Path, model_name: str) -> dict[str, Any]:
+    """A saved adapter we can load for this model, or a UsageError naming what is wrong with it."""
+    from grpokit.model_loader import model_path
+
+    config_file, weights = path / "adapter_config.json", path / "adapter_model.safetensors"
+    if not config_file.exists() or not weights.exists():
+        raise UsageError(f"{path} has no LoRA adapter (adapter_config.json + adapter_model.safetensors): give a "
+                         "checkpoint-N directory or a finished run's output directory.")
+    try:
+        adapter_config = json.loads(config_file.read_text())
+        from safetensors import safe_open
+
+        with safe_open(str(weights), "pt") as handle:  # reads the header: a truncated file fails here
+            handle.keys()
+    except Exception as err:  # noqa: BLE001 - any decode failure means the same thing to the user
+        raise UsageError(f"{path}: the adapter files are unreadable or truncated ({err.__class__.__name__}).") from None
+    base = adapter_config.get("base_model_name_or_path") or ""
+    expected = model_path(model_name)
+    if base and Path(base).name != Path(expected).name and base != expected:
+        raise UsageError(f"{path} is an adapter for '{base}', not for '{model_name}' ({expected}): pass the matching "
+                         "--model.")
+    return adapter_config
+
+
+def eval_only_dir(output_dir: str | os.PathLike, adapter_dir: Path, step: int) -> Path:
+    return Path(output_dir) / "eval_only" / f"{Path(adapter_dir).resolve().name}-step_{step}"
+
+
+def verify_adapter(path: Path) -> None:
+    """Reload the saved adapter and check it holds trained LoRA weights (B matrices start at zero)."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(path / "adapter_model.safetensors"))
+    lora_b = [t for k, t in weights.items() if "lora_B" in k]
+    if not lora_b or not any(bool(t.abs().sum() > 0) for t in lora_b):
+        log.warning("Saved adapter in %s has all-zero LoRA B weights: nothing was learned (check rewards).", path)
+    else:
+        log.info("Adapter check: %d LoRA tensors reloaded from %s, trained weights non-zero.", len(weights), path)
+
+
+def save_merged(model, tokenizer, path: Path) -> None:
+    """A merged 16-bit model: Unsloth's helper where the model has it, else PEFT's merge_and_unload."""
+    if hasattr(model, "save_pretrained_merged"):
+        try:
+            model.save_pretrained_merged(str(path), tokenizer, save_method="merged_16bit")
+            log.info("Merged 16-bit model saved to %s", path)
+            return
+        except NotImplementedError as err:
+            raise UsageError(f"--save-merged: {err}") from None
+    merged = model.merge_and_unload()
+    merged.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    log.info("Merged model saved to %s", path)
+
+
+def _write_report(out: Path, plots: list[Path] | None = None) -> Path | None:
+    from grpokit.report import write_report
+
+    try:
+        return write_report(out, plots=plots or None)
+    except Exception as err:  # noqa: BLE001 - a report must never cost the run its results
+        log.error("Writing report.html failed (%s: %s)", err.__class__.__name__, err)
+        return None
+
+
+def _config_dict(config: GRPORunConfig) -> dict[str, Any]:
+    from config.loader import config_to_dict
+
+    return config_to_dict(config)
+
+
+def reward_set_for(config: GRPORunConfig, data_format: str, extra_funcs: list):
+    from rewards import load_reward_config, parse_reward_config
+    from rewards.fit import default_reward_preset
+
+    name = config.reward_config_name
+    if not name and not config.reward_config:
+        name = default_reward_preset(config, data_format)
+    data, source = load_reward_config(name, config.reward_config)
+    reward_set = parse_reward_config(data, source, config.custom_rewards, config.max_completion_length)
+    if extra_funcs:
+        from rewards.fit import add_reward_functions
+
+        add_reward_functions(reward_set, extra_funcs)
+    return reward_set
+
+
+def _columns_fit(reward_set, columns: set[str]) -> bool:
+    return all(c in columns for component in reward_set.components for c in component.needs)
+
+
+def _why(missing: list[str], reward_set, columns: set[str]) -> str:
+    needs = sorted({c for component in reward_set.components for c in component.needs if c not in columns})
+    if needs:
+        return f"it needs the column(s) {', '.join(needs)}"
+    return f"{', '.join(missing)} score(s) None on every row: the data has no reference they can use"

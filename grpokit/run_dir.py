@@ -1,0 +1,114 @@
+"""A run's output directory: the name of every file a run leaves there, and the readers of them (typed once here).
+
+What each file holds is in README ("What a run leaves in --output-dir"). Checkpoint internals (markers, manifest,
+lock) belong to checkpoints.py; this module names the files a user, the report and the summary read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from config.errors import UsageError
+
+TRAINER_STATE = "trainer_state.json"  # TRL's log_history (every logged metric), written by the trainer
+METRICS_SUMMARY = "metrics_summary.json"  # the run summary: steps, times, rewards, final eval
+RUN_CONFIG = "run_config.json"  # the effective config, every field
+EVAL_METRICS = "eval_metrics.json"  # an --eval-only result
+TRAINING_LOG = "grpo_training.log"  # every log line of the run
+GENERATION_LOGS = "generation_logs"  # generation_log_step_<N>.json, one per evaluation
+GENERATION_LOG_GLOB = "generation_log_step_*.json"
+PLOTS_DIR = "plots"
+REPORT_FILE = "report.html"
+MANIFEST = "run_manifest.json"  # in each checkpoint: config hash, dataset fingerprint, versions
+
+
+def generation_log_file(log_dir: Path, step: int) -> Path:
+    return Path(log_dir) / f"generation_log_step_{step}.json"
+
+
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """trainer_state.json of a checkpoint or run directory (`path` is the directory)."""
+    return read_json(Path(path) / TRAINER_STATE)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+
+def read_json(path: Path) -> Any:
+    """A JSON file of the run, or a UsageError naming the file (a run killed mid-write leaves a truncated one)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path} is not valid JSON ({err.msg}, line {err.lineno}): the run may have been killed "
+                         "while writing it; delete it or rerun.") from None
+
+
+def run_config(output_dir: Path) -> dict[str, Any]:
+    """The effective config the run wrote (run_config.json), else the one in the newest checkpoint manifest
+    (which leaves out the fields a resume may change)."""
+    path = output_dir / RUN_CONFIG
+    if not path.exists():
+        # A checkpoint directory carries its own manifest; a run directory has them in its checkpoints.
+        manifests = [output_dir / MANIFEST] if (output_dir / MANIFEST).exists() else sorted(
+            output_dir.glob("checkpoint-*/" + MANIFEST), key=lambda p: _step_of(p.parent.name))
+        if not manifests:
+            return {}
+        path = manifests[-1]
+    data = read_json(path)
+    config = data.get("config", data) if isinstance(data, dict) else {}
+    return config if isinstance(config, dict) else {}
+
+
+def log_history(output_dir: Path) -> list[dict[str, Any]]:
+    """TRL's log_history (empty when the directory has no trainer_state.json, e.g. an --eval-only result)."""
+    path = output_dir / TRAINER_STATE
+    if not path.exists():
+        checkpoints = sorted(output_dir.glob("checkpoint-*/" + TRAINER_STATE), key=lambda p: _step_of(p.parent.name))
+        if not checkpoints:  # an interrupted run has only its checkpoints' states
+            return []
+        path = checkpoints[-1]
+    data = read_json(path)
+    return data.get("log_history", []) if isinstance(data, dict) else []
+
+
+def generation_log_dir(output_dir: Path) -> Path | None:
+    """Where the run wrote generation_log_step_*.json: the configured directory, generation_logs/, or the output
+    directory itself (an --eval-only result)."""
+    candidates = []
+    for source in (output_dir / METRICS_SUMMARY, output_dir / RUN_CONFIG):
+        if source.exists():
+            try:
+                data = json.loads(source.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, OSError):
+                continue
+            data = data.get("config", data) if isinstance(data, dict) else {}
+            if isinstance(data, dict) and data.get("generation_log_dir"):
+                candidates.append(Path(data["generation_log_dir"]))
+    candidates += [output_dir / GENERATION_LOGS, output_dir]
+    for candidate in candidates:
+        if candidate.is_dir() and any(candidate.glob(GENERATION_LOG_GLOB)):
+            return candidate
+    return None
+
+
+def generation_logs(log_dir: Path | None) -> list[tuple[int, list[dict[str, Any]]]]:
+    """[(global step, entries)] sorted by step; files that are empty or unreadable are skipped."""
+    if log_dir is None:
+        return []
+    logs = []
+    for path in log_dir.glob(GENERATION_LOG_GLOB):
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, OSError):
+            continue  # a log being written right now, or cut by a crash: the others still tell the story
+        if isinstance(entries, list) and entries:
+            logs.append((_step_of(path.stem), entries))
+    return sorted(logs, key=lambda item: item[0])
+
+
+def _step_of(name: str) -> int:
+    tail = name.rsplit("_", 1)[-1].rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
