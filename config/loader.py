@@ -34,6 +34,7 @@ PRESET_DIR = CONFIG_DIR / "presets"
 # Other names people use for our fields (the spec's `group_size` is TRL's `num_generations`).
 ALIASES = {
     "group_size": "num_generations",
+    "n_update_per_generation": "num_iterations",  # the addition tutorial's name: updates per generated batch
     "num_epochs": "num_train_epochs",
     "epochs": "num_train_epochs",
     "batch_size": "per_device_train_batch_size",
@@ -254,23 +255,41 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
 def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
-    """A JSON object from a file, or a UsageError saying exactly what is wrong with it."""
+    """A config object from a JSON file, or from YAML when the name ends in .yaml / .yml (the verl-style guides'
+    configs are YAML); a UsageError saying exactly what is wrong with it."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{what} {path} does not exist: check the path.")
     if path.is_dir():
-        raise UsageError(f"{what} {path} is a directory: give a JSON file.")
+        raise UsageError(f"{what} {path} is a directory: give a JSON or YAML file.")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM some editors write is not part of the document
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"{what} {path} cannot be read ({err.__class__.__name__}: {err}).") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{what} {path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}.") from None
+    if path.suffix.lower() in YAML_SUFFIXES:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise UsageError(f"{what} {path} is not valid YAML{where}: {getattr(err, 'problem', None) or err}."
+                             ) from None
+        kind = "a YAML mapping (key: value lines)"
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{what} {path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
+                             ) from None
+        kind = "a JSON object {...}"
     if not isinstance(data, dict):
-        raise UsageError(f"{what} {path} must hold a JSON object {{...}}, not a {type(data).__name__}.")
+        raise UsageError(f"{what} {path} must hold {kind}, not a {type(data).__name__}.")
     return data
 
 
@@ -565,10 +584,17 @@ def config_to_dict(config: GRPORunConfig) -> dict[str, Any]:
 
 
 def save_config_to_file(config: GRPORunConfig, path: str | os.PathLike) -> Path:
-    """Write a config file that `--config` (and `load_config_file`) reads back to an equal config."""
+    """Write a config file that `--config` (and `load_config_file`) reads back to an equal config: YAML when the
+    name ends in .yaml / .yml, JSON otherwise."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config_to_dict(config), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if path.suffix.lower() in YAML_SUFFIXES:
+        import yaml
+
+        text = yaml.safe_dump(config_to_dict(config), sort_keys=False, allow_unicode=True)
+    else:
+        text = json.dumps(config_to_dict(config), indent=2, ensure_ascii=False) + "\n"
+    path.write_text(text, encoding="utf-8")
     return path
 
 

@@ -225,7 +225,9 @@ class GRPORunConfig:
         PANEL_LOGGING,
     )
     best_metric: str = _f(
-        "reward", "Eval metric that picks the best checkpoint (TRL's eval_<name>, higher is better; '' = off).",
+        "reward",
+        "Eval metric that picks the best checkpoint (higher is better; OUTPUT_DIR/best_checkpoint.json): TRL's "
+        "reward or rewards/<name>/mean, or greedy_reward, pass@1, pass@k from the generation log; '' = off.",
         PANEL_LOGGING,
     )
     load_best_model_at_end: bool = _f(

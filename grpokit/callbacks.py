@@ -16,6 +16,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from config.errors import UsageError
+from grpokit.run_dir import BEST_CHECKPOINT
 from rewards import RewardSet, WeightedSum, weighted_total
 
 log = logging.getLogger("grpo")
@@ -58,8 +59,16 @@ class GenerationLogger(TrainerCallback):
         if not (self.log_dir / f"generation_log_step_{state.global_step}.json").exists():
             self.log_generations(model, state.global_step)
 
-    def on_evaluate(self, args, state, control, model=None, **kwargs):
-        self.log_generations(model, state.global_step)
+    def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
+        summary = self.log_generations(model, state.global_step)
+        if metrics is not None:
+            # The greedy view joins TRL's eval metrics (eval_greedy_reward, eval_pass@k) before transformers picks the
+            # best checkpoint from them, so best_metric can name it. Other ranks (no generation log) get NaN: never
+            # "better", and the key exists everywhere.
+            found = summary or {}
+            metrics["eval_greedy_reward"] = found.get("reward_mean", float("nan"))
+            for key in ("pass@1", f"pass@{self.pass_k}") if self.pass_k else ():
+                metrics[f"eval_{key}"] = found.get(key, float("nan"))
 
     # -- the work -------------------------------------------------------------------------------------------------
     def log_generations(self, model, global_step: int) -> dict[str, Any] | None:
@@ -262,6 +271,32 @@ class LogLinesCallback(TrainerCallback):
 
 # Steps in a row, from the start of training, in which every group's completions scored the same before the run
 # is stopped: GRPO's advantages are rewards minus their group mean, so such a step trains on nothing.
+class BestCheckpoint(TrainerCallback):
+    """`best_metric` checked against the first evaluation's metrics (the available ones listed when it is missing),
+    and OUTPUT_DIR/best_checkpoint.json (checkpoint, step, metric, value) rewritten whenever a better one is saved."""
+
+    def __init__(self, metric: str, output_dir: Path):
+        self.key = metric if metric.startswith("eval_") else f"eval_{metric}"
+        self.path = Path(output_dir) / BEST_CHECKPOINT
+        self.checked = False
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self.checked or metrics is None:
+            return
+        self.checked = True
+        if self.key not in metrics:
+            names = sorted(k.removeprefix("eval_") for k in metrics if k.startswith("eval_"))
+            raise UsageError(f"best_metric '{self.key.removeprefix('eval_')}' is not an eval metric of this run; "
+                             f"available: {', '.join(names)}. Set --set best_metric=<one of them>.")
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.best_model_checkpoint and state.is_world_process_zero:
+            record = {"checkpoint": state.best_model_checkpoint,
+                      "step": int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1]),
+                      "metric": self.key.removeprefix("eval_"), "value": state.best_metric}
+            self.path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
 NO_SIGNAL_STEPS = 3
 
 

@@ -272,7 +272,13 @@ class GRPOTrainer:
         import torch
         from trl import GRPOConfig as TRLConfig
 
-        from grpokit.callbacks import GenerationLogger, LearningSignalCheck, LogLinesCallback, WandbRunConfig
+        from grpokit.callbacks import (
+            BestCheckpoint,
+            GenerationLogger,
+            LearningSignalCheck,
+            LogLinesCallback,
+            WandbRunConfig,
+        )
         from grpokit.checkpoints import DeterministicSampling, ManifestWriter
         from grpokit.model_loader import model_path
         from grpokit.trl_engine_adapter import start_engine
@@ -323,6 +329,8 @@ class GRPOTrainer:
                 temperature=config.temperature, held_out=held_out, trainer=trainer)
             if training:
                 trainer.add_callback(self.generation_logger)
+        if training and kwargs.get("metric_for_best_model"):
+            trainer.add_callback(BestCheckpoint(kwargs["metric_for_best_model"], Path(config.output_dir)))
         if training:
             from grpokit.console import install_progress
 

@@ -15,6 +15,7 @@ from config.errors import UsageError
 TRAINER_STATE = "trainer_state.json"  # TRL's log_history (every logged metric), written by the trainer
 METRICS_SUMMARY = "metrics_summary.json"  # the run summary: steps, times, rewards, final eval
 RUN_CONFIG = "run_config.json"  # the effective config, every field
+BEST_CHECKPOINT = "best_checkpoint.json"  # the best checkpoint by best_metric: checkpoint, step, metric, value
 EVAL_METRICS = "eval_metrics.json"  # an --eval-only result
 TRAINING_LOG = "grpo_training.log"  # every log line of the run
 GENERATION_LOGS = "generation_logs"  # generation_log_step_<N>.json, one per evaluation

@@ -68,3 +68,22 @@ def test_a_failure_is_logged_and_training_goes_on(tmp_path, model_and_tokenizer,
         logger.removeHandler(caplog.handler)
     assert any("Generation logging failed at step 3" in r.getMessage() for r in caplog.records)
     assert not (tmp_path / "logs" / "generation_log_step_3.json").exists()
+
+
+def test_best_metric_missing_from_the_first_evaluation_lists_the_available_ones(tmp_path):
+    from transformers import TrainerState
+
+    from config.errors import UsageError
+    from grpokit.callbacks import BestCheckpoint
+
+    check = BestCheckpoint("eval_accuracy", tmp_path)
+    metrics = {"eval_reward": 0.5, "eval_rewards/accuracy/mean": 0.5, "eval_greedy_reward": 0.4}
+    with pytest.raises(UsageError, match="best_metric 'accuracy' is not an eval metric of this run; available: "
+                                         "greedy_reward, reward, rewards/accuracy/mean"):
+        check.on_evaluate(None, TrainerState(), None, metrics=metrics)
+    named = BestCheckpoint("rewards/accuracy/mean", tmp_path)
+    named.on_evaluate(None, TrainerState(), None, metrics=metrics)  # present: no error
+    state = TrainerState(best_model_checkpoint=str(tmp_path / "checkpoint-3"), best_metric=0.5)
+    named.on_save(None, state, None)
+    assert json.loads((tmp_path / "best_checkpoint.json").read_text()) == {
+        "checkpoint": str(tmp_path / "checkpoint-3"), "step": 3, "metric": "rewards/accuracy/mean", "value": 0.5}

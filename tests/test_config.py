@@ -336,3 +336,46 @@ def test_trl_field_rules_read_from_source_agree_with_grpo_config():
             assert _check_trl_value(f.name, default, "t") == default, f.name
     assert rules["num_iterations"].describe() == "int"
     assert rules["min_p"].describe() == "float or None"
+
+
+def test_yaml_config_with_the_guides_names(tmp_path):
+    """The verl-style guide writes YAML with `group_size` and the addition tutorial `n_update_per_generation`: both
+    load as TRL's names (one name in run_config.json), and a YAML config round-trips."""
+    from config.loader import build_config, config_to_dict, save_config_to_file
+
+    path = tmp_path / "guide.yaml"
+    path.write_text("model_name: smollm2-135m\ngroup_size: 8\nn_update_per_generation: 2\nlearning_rate: 1.0e-6\n"
+                    "temperature: 1.0\nmax_grad_norm: 1.0\n", encoding="utf-8")
+    config = build_config(preset=None, config_file=str(path))
+    assert config.num_generations == 8 and config.trl_args["num_iterations"] == 2
+    assert config.learning_rate == 1e-6 and config.source_of("num_generations") == "file"
+    data = config_to_dict(config)
+    assert "group_size" not in data and "n_update_per_generation" not in data and data["num_iterations"] == 2
+    again = build_config(preset=None, config_file=str(save_config_to_file(config, tmp_path / "again.yml")))
+    assert config_to_dict(again) == data
+
+
+@pytest.mark.parametrize("text, message", [
+    ("group_size: [8\n", "is not valid YAML at line 2"),
+    ("- 1\n- 2\n", "must hold a YAML mapping"),
+])
+def test_bad_yaml_config_is_one_line(tmp_path, text, message):
+    from config.loader import build_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message) as err:
+        build_config(preset=None, config_file=str(path))
+    assert "\n" not in str(err.value)
+
+
+def test_each_field_records_the_layer_that_set_it(tmp_path):
+    from config.loader import build_config
+
+    path = tmp_path / "c.json"
+    path.write_text('{"reward_config_name": "math", "learning_rate": 0.001}')
+    config = build_config("quick_test", str(path), {"seed": 3}, ["top_p=0.9"])
+    assert config.source_of("model_name") == "preset" and config.source_of("reward_config_name") == "file"
+    assert config.source_of("seed") == "flag" and config.source_of("top_p") == "--set"
+    assert config.source_of("lora_dropout") == "default"
+    assert config.named_by_user("reward_config_name") and not config.named_by_user("model_name")

@@ -41,7 +41,7 @@ def multi_run(tmp_path_factory):
     result = run_cli("--quick-test", "--max-steps", "2", "--eval-steps", "1", "--reward-function", "multi",
                      "--reward-preset", "math", "--max-generation-samples", "3", "--output-dir", str(out),
                      "--wandb-project", "grpo-tests", "--run-name", "e2e", "--set", "save_steps=1",
-                     "--set", "eval_pass_k=2",
+                     "--set", "eval_pass_k=2", "--set", "best_metric=greedy_reward",
                      env_extra={"WANDB_DIR": str(out.parent)})
     return out, result, base_hash_before
 
@@ -81,15 +81,22 @@ def test_pass_at_k_reported_for_verifiable_data(multi_run):
     assert 0.0 <= summary["generation_eval"]["pass@1"] <= summary["generation_eval"]["pass@2"] <= 1.0
 
 
-def test_best_checkpoint_is_tracked_by_eval_reward(multi_run):
+def test_best_checkpoint_is_tracked_by_the_named_metric(multi_run):
+    """best_metric=greedy_reward: the generation log's greedy reward picks the checkpoint, best_checkpoint.json says
+    which, with the value its generation log has."""
     out, _, _ = multi_run
     summary = json.loads((out / "metrics_summary.json").read_text())
-    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    evals = {h["step"]: h["eval_reward"] for h in history if "eval_reward" in h and h["step"] in (1, 2)}
-    best_step = max(evals, key=lambda step: (evals[step], -step))  # the first step reaching the best value
+    greedy = {}
+    for step in (1, 2):
+        entries = json.loads((out / "generation_logs" / f"generation_log_step_{step}.json").read_text())
+        greedy[step] = sum(e["reward_total"] for e in entries) / len(entries)
+    best_step = max(greedy, key=lambda step: (greedy[step], -step))  # the first step reaching the best value
     assert summary["best_checkpoint"].endswith(f"checkpoint-{best_step}")
-    assert summary["best_metric"] == pytest.approx(evals[best_step])
-    assert "eval_reward" in summary["eval"] or 2 in evals  # the final evaluation's reward metrics are kept
+    assert summary["best_metric"] == pytest.approx(greedy[best_step])
+    record = json.loads((out / "best_checkpoint.json").read_text())
+    assert record["metric"] == "greedy_reward" and record["step"] == best_step
+    assert record["value"] == pytest.approx(greedy[best_step]) and record["checkpoint"] == summary["best_checkpoint"]
+    assert "eval_reward" in summary["eval"]  # TRL's sampled eval metrics are still reported
 
 
 def test_eval_only_on_a_saved_adapter_leaves_it_unchanged(multi_run):
