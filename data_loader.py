@@ -299,7 +299,7 @@ def iter_jsonl(path: str | Path, what: str = "File"):
         raise UsageError(f"{what} {path} is a directory: give a .jsonl file.")
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
+        with opener(path, "rt", encoding="utf-8-sig") as handle:  # a byte-order mark is not part of the first row
             for lineno, line in enumerate(handle, 1):
                 if not line.strip():
                     continue

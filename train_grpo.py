@@ -107,6 +107,8 @@ def main(
     num_generations: Annotated[int | None, _opt("num_generations", PANEL_TRAINING, "--num-generations")] = None,
     seed: Annotated[int | None, _opt("seed", PANEL_TRAINING, "--seed")] = None,
     output_dir: Annotated[str | None, _opt("output_dir", PANEL_TRAINING, "--output-dir", "-o")] = None,
+    overwrite_output_dir: Annotated[bool | None, _opt("overwrite_output_dir", PANEL_TRAINING,
+                                                      "--overwrite-output-dir")] = None,
     set_: Annotated[list[str] | None, _opt(None, PANEL_TRAINING, "--set",
                                            help="Override any config field or TRL GRPOConfig field: "
                                                 "--set key=value (repeatable; value read as JSON).")] = None,
@@ -150,6 +152,9 @@ def main(
         return  # `report`: its own options
     quiet_third_party(verbose)  # before torch / unsloth / transformers / trl are imported: filters act at the source
     setup_console_logging(verbose)
+    from grpokit.run_end import Stopped, stop_on_signals  # not at the top: --help stays instant
+
+    stop_on_signals()  # a signal before training (loading) ends the run with one line; training installs its own
     try:
         if list_models or list_datasets or list_rewards:
             print_listings(list_models, list_datasets, list_rewards)
@@ -169,7 +174,8 @@ def main(
             "reward_config_name": reward_preset, "custom_rewards": reward or None,
             "num_train_epochs": epochs, "max_steps": max_steps, "learning_rate": learning_rate,
             "per_device_train_batch_size": batch_size, "num_generations": num_generations, "seed": seed,
-            "output_dir": output_dir, "enable_generation_logging": generation_logging,
+            "output_dir": output_dir, "overwrite_output_dir": overwrite_output_dir,
+            "enable_generation_logging": generation_logging,
             "generation_log_dir": generation_log_dir, "max_generation_samples": max_generation_samples,
             "eval_steps": eval_steps, "wandb_project": "" if no_wandb else wandb_project, "run_name": run_name,
             "save_steps": save_steps, "save_merged": save_merged,
@@ -180,6 +186,10 @@ def main(
         if is_main_process():  # under torchrun every rank finds the same problem; one line is enough
             typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+    except Stopped as stopped:
+        if is_main_process():
+            typer.echo(f"stopped: {stopped.signal_name} before training started; nothing was trained.", err=True)
+        raise typer.Exit(stopped.exit_code) from None
 
 
 def run(preset, config_file, flags, overrides, dry_run, score_completions, resume_from_checkpoint,
@@ -220,11 +230,11 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
         return
 
-    out.mkdir(parents=True, exist_ok=True)
-    if not eval_only:
-        from grpokit.checkpoints import hold_output_lock
-
-        hold_output_lock(out)  # faults: one run per output dir, before this run writes to its log
+    if eval_only:
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        trainer.check_schedule()
+        trainer.claim_output_dir(resume=resume_from is not None)  # lock + a clean directory, before the log opens
     if is_main_process():
         add_file_logging(out / TRAINING_LOG)
     if eval_only:
@@ -335,5 +345,28 @@ def report(
         typer.echo(str(path))
 
 
+def cli() -> None:
+    """`python train_grpo.py`: the Typer app, with click's own usage errors (an unknown option, a value that is not
+    one of the choices, a missing argument) as one `error:` line and exit 2 like every other bad input, instead of
+    Typer's boxed panel."""
+    import sys
+
+    import typer.exceptions
+
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(prog_name="train_grpo.py", standalone_mode=False)  # click returns Exit's code here
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except typer.exceptions.TyperException as err:  # click's UsageError family (Typer vendors click)
+        if not hasattr(err, "format_message"):
+            raise
+        typer.echo(f"error: {' '.join(err.format_message().split())} (see --help)", err=True)
+        sys.exit(getattr(err, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":
-    app()
+    cli()

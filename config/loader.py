@@ -490,9 +490,30 @@ def build_config(
         sources.update(dict.fromkeys([*checked, *layer_trl], kind))
     config = GRPORunConfig(**merged, trl_args=trl_args)
     config.record_sources(sources)
+    _epochs_or_steps(config)
     # Under torchrun / accelerate every process sees WORLD_SIZE: the batch arithmetic must hold for all of them.
     validate(config, world_size=int(os.environ.get("WORLD_SIZE", "1")))
     return config
+
+
+LAYER_RANK = {"default": 0, "preset": 1, "file": 2, "flag": 3, "api": 3, "--set": 4}
+
+
+def _epochs_or_steps(config: GRPORunConfig) -> None:
+    """num_train_epochs and max_steps decide the same thing (TRL lets max_steps win). What the user typed wins: epochs
+    given in a later layer than the steps (--epochs over a preset's max_steps) drop the steps; both typed on the same
+    command line is a conflict named in one line."""
+    if config.max_steps <= 0:
+        return
+    epochs, steps = (LAYER_RANK[config.source_of(n)] for n in ("num_train_epochs", "max_steps"))
+    if epochs > steps:
+        log.info("--epochs %g (%s) replaces max_steps %d from the %s: the run trains for epochs.",
+                 config.num_train_epochs, config.source_of("num_train_epochs"), config.max_steps,
+                 config.source_of("max_steps"))
+        config.max_steps = -1
+    elif epochs == steps >= LAYER_RANK["flag"]:
+        raise UsageError(f"num_train_epochs ({config.num_train_epochs:g}) and max_steps ({config.max_steps}) both "
+                         "decide the run's length: give one of --epochs / --max-steps.")
 
 
 def validate(config: GRPORunConfig, world_size: int = 1) -> None:

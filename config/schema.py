@@ -175,6 +175,12 @@ class GRPORunConfig:
 
     # ---- Training (TRL GRPOConfig) ------------------------------------------------------------------------------
     output_dir: str = _f("./grpo_outputs", "Where checkpoints, the adapter, logs and plots go.", PANEL_TRAINING, True)
+    overwrite_output_dir: bool = _f(
+        False,
+        "Start a new run even where the output dir holds an unfinished one (its files move to previous_runs/; a "
+        "finished run's files always do).",
+        PANEL_TRAINING,
+    )
     learning_rate: float = _f(5e-6, "Peak learning rate.", PANEL_TRAINING, True)
     num_train_epochs: float = _f(1.0, "Passes over the training prompts.", PANEL_TRAINING, True)
     max_steps: int = _f(-1, "Stop after this many optimizer steps (-1 = use num_train_epochs).", PANEL_TRAINING, True)

@@ -271,6 +271,27 @@ class LogLinesCallback(TrainerCallback):
 
 # Steps in a row, from the start of training, in which every group's completions scored the same before the run
 # is stopped: GRPO's advantages are rewards minus their group mean, so such a step trains on nothing.
+class TrainClock(TrainerCallback):
+    """The run's one training time: wall seconds inside the training loop (steps and their in-loop evaluations),
+    carried across resumes. Each logged step records the running total as `train_seconds` in the log history, so a
+    resumed run starts from the checkpoint's figure and the summary, the report and metrics_summary.json agree."""
+
+    def __init__(self):
+        self.before = 0.0
+        self.started: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.before = next((h["train_seconds"] for h in reversed(state.log_history) if "train_seconds" in h), 0.0)
+        self.started = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and not any(key.startswith("eval_") for key in logs):
+            logs["train_seconds"] = round(self.seconds(), 2)
+
+    def seconds(self) -> float:
+        return self.before + (time.perf_counter() - self.started if self.started is not None else 0.0)
+
+
 class BestCheckpoint(TrainerCallback):
     """`best_metric` checked against the first evaluation's metrics (the available ones listed when it is missing),
     and OUTPUT_DIR/best_checkpoint.json (checkpoint, step, metric, value) rewritten whenever a better one is saved."""

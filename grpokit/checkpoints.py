@@ -43,7 +43,8 @@ MANIFEST = "run_manifest.json"
 # Fields that may change between a run and its resumption without changing what is trained.
 RESUMABLE_FIELDS = {"output_dir", "run_name", "wandb_project", "description", "enable_generation_logging",
                     "generation_log_dir", "max_generation_samples", "save_steps", "save_total_limit", "save_merged",
-                    "logging_steps", "eval_steps", "eval_pass_k", "backend", "max_steps", "num_train_epochs"}
+                    "logging_steps", "eval_steps", "eval_pass_k", "backend", "max_steps", "num_train_epochs",
+                    "overwrite_output_dir"}
 
 
 COMPLETE = ".complete"  # written last: the checkpoint is whole

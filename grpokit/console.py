@@ -397,10 +397,7 @@ class _ProgressCallbackMixin:
             self._refresh("done ")
             self.progress.stop()
             self.progress = None
-        trained = len(self.state.step_seconds)
-        if trained:
-            self._say(f"trained {trained} steps in {_duration(sum(self.state.step_seconds))} "
-                      f"({sum(self.state.step_seconds) / trained:.1f} s/step, evaluations not counted)")
+        # No "trained N steps in T" here: the summary gives the run's one training time (callbacks.TrainClock).
 
 
 def __getattr__(name: str):
@@ -469,7 +466,7 @@ def print_summary(summary: dict[str, Any], console=None) -> None:
     console.rule("[bold]GRPO run finished")
     resumed = f" (resumed from {summary['resumed_from']})" if summary.get("resumed_from") else ""
     console.print(f"steps: {summary['global_step']}{resumed}  backend: {summary['backend']}  "
-                  f"train time: {summary['train_seconds']} s  total: {summary['total_seconds']} s")
+                  f"train time: {_duration(summary['train_seconds'])}  total: {_duration(summary['total_seconds'])}")
     first, last = summary.get("train_reward_first"), summary.get("train_reward_last")
     if first is not None:
         console.print(f"train reward (sampled): first step {first:.3f} -> last step {last:.3f}")

@@ -85,7 +85,7 @@ def load_tokenizer(name: str):
         # Unsloth patches transformers when it is imported first; a tokenizer loaded before the model (the spec's
         # create_grpo_dataloader) would otherwise import transformers first and cost the run those patches.
         try:
-            import unsloth  # noqa: F401
+            _import_unsloth()
         except Exception:  # noqa: BLE001 - a broken Unsloth is reported when the model loads
             pass
     from transformers import AutoTokenizer
@@ -109,13 +109,28 @@ def import_backend(backend: str) -> str:
     """Import what the backend needs, in the right order. Returns the backend actually in use."""
     if backend == "unsloth":
         try:
-            import unsloth  # noqa: F401  (must precede trl / transformers: it patches them)
+            _import_unsloth()
             return "unsloth"
         except Exception as err:  # a broken Unsloth install must not stop a run that can go without it
             log.warning("Unsloth could not be imported (%s: %s); falling back to transformers + PEFT.",
                         err.__class__.__name__, str(err).splitlines()[0][:200])
     _patch_trl_for_cpu()
     return "transformers"
+
+
+def _import_unsloth() -> None:
+    """`import unsloth` (it must precede trl / transformers: it patches them). Its CPU banner says only SFTTrainer is
+    supported, which is not true of what we run (TRL's GRPOTrainer through its CPU backend, tested here): its stdout
+    lines go to grpo_training.log, not to the console. Warnings and errors (stderr) are left alone."""
+    import contextlib
+    import io
+
+    banner = io.StringIO()
+    with contextlib.redirect_stdout(banner):
+        import unsloth  # noqa: F401
+    for line in banner.getvalue().splitlines():
+        if line.strip():
+            log.debug("unsloth: %s", line.strip())
 
 
 def _patch_trl_for_cpu() -> None:

@@ -69,6 +69,11 @@ class GRPOTrainer:
             raise UsageError(f"GRPOTrainer(config): expected a GRPOConfig or a dict of config fields, not "
                              f"{type(config).__name__}.")
         self.config = config
+        from grpokit.console import quiet_third_party
+
+        # The Python API is as quiet as the CLI: known-harmless third-party noise is filtered at its source, before
+        # load_model imports torch / unsloth / transformers (verbose=True shows everything).
+        quiet_third_party(verbose)
         self.extra_reward_funcs = list(reward_funcs or [])
         self.verbose = verbose
         self.backend: str | None = None
@@ -82,6 +87,7 @@ class GRPOTrainer:
         self.generation_logger = None
         self.resume_from: Path | None = None
         self.manifest: dict[str, Any] | None = None
+        self.clock = None  # callbacks.TrainClock of the training trainer: the run's one training time
         self.generation_engine = None  # the run's engine (grpokit.engines), kept across its trainers
         self.engine_choice: tuple[str, str] | None = None  # (engine, why), chosen before the model loads
         self.notices: list[str] = []  # settings the run adjusted, said once in the log and in the summary
@@ -162,6 +168,56 @@ class GRPOTrainer:
                 raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge "
                                  "into 4-bit): add --no-4bit, or merge later on a GPU.")
 
+    def check_schedule(self) -> None:
+        """A run that would train nothing is refused before anything loads: max_steps 0, fewer training prompts than
+        one optimizer step takes, or an epoch count that rounds to no step."""
+        config, n = self.config, len(self.train_dataset)
+        if config.max_steps == 0:
+            raise UsageError("max_steps is 0: nothing would be trained. Give a positive --max-steps, or leave it out "
+                             "(-1) to train for --epochs.")
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * world
+        prompts = max(1, per_step // config.num_generations)
+        if n < prompts:
+            raise UsageError(
+                f"{self.data_report.source} has {n} training prompt(s); one optimizer step takes {prompts} "
+                f"({per_step} completions / {config.num_generations} per prompt): add data, or lower --batch-size / "
+                "gradient_accumulation_steps.")
+        if config.max_steps < 0 and int(config.num_train_epochs * (n // prompts)) == 0:
+            raise UsageError(
+                f"--epochs {config.num_train_epochs:g} over {n // prompts} step(s) per epoch rounds to 0 steps: "
+                "raise --epochs or give --max-steps.")
+
+    def claim_output_dir(self, resume: bool) -> Path:
+        """One output directory, one run. Takes the directory's lock (a second live run is refused naming its PID);
+        a new run (not a resume) into a directory that holds an earlier run's files starts clean: a finished run's
+        files are moved into previous_runs/<UTC time>/ (nothing is deleted), so re-running a command into its own
+        output dir just works and never borrows the old baseline or checkpoints. An unfinished run (checkpoints, no
+        summary) is refused with the two fixes, because continuing it is what a re-run most often means; with
+        overwrite_output_dir it is set aside too."""
+        from datetime import UTC, datetime
+
+        from grpokit.checkpoints import checkpoints_by_step, hold_output_lock
+        from grpokit.console import is_main_process
+        from grpokit.run_dir import PREVIOUS_RUNS, finished, run_files, set_aside_previous_run
+
+        out = Path(self.config.output_dir).expanduser()
+        out.mkdir(parents=True, exist_ok=True)
+        hold_output_lock(out)  # one run per output dir (a second one: UsageError naming the PID)
+        if resume or not is_main_process() or not run_files(out):
+            return out
+        checkpoints = checkpoints_by_step(out)
+        if checkpoints and not finished(out) and not self.config.overwrite_output_dir:
+            raise UsageError(
+                f"{out} holds an unfinished run (newest {checkpoints[-1].name}): continue it with "
+                "--resume-from-checkpoint latest, or start over with --overwrite-output-dir (its files are moved to "
+                f"{PREVIOUS_RUNS}/), or choose another --output-dir.")
+        moved = set_aside_previous_run(out, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
+        notice = f"{out} held an earlier run: its files were moved to {moved} (this run starts clean)."
+        self.notices.append(notice)
+        log.info("%s", notice)
+        return out
+
     # ---- model -----------------------------------------------------------------------------------------------------
     def load_model(self):
         """Load the model and tokenizer with LoRA adapters through the configured backend. Returns (model, tokenizer)."""
@@ -189,7 +245,7 @@ class GRPOTrainer:
 
         `dataset`: as for `load_data` (default: the config's dataset). `resume_from_checkpoint`: a checkpoint-N
         directory or 'latest'. A run already at the end of its schedule trains nothing and says so."""
-        from grpokit.checkpoints import build_manifest, check_resume, hold_output_lock
+        from grpokit.checkpoints import build_manifest, check_resume
 
         config = self.config
         self.check_run()
@@ -204,10 +260,10 @@ class GRPOTrainer:
         if self.resume_from is not None:
             check_resume(self.resume_from, self.manifest, force_resume)
             self._check_not_finished(self.resume_from)
+        self.check_schedule()
+        self.claim_output_dir(resume=self.resume_from is not None)
         if self.model is None:
             self.load_model()
-        out.mkdir(parents=True, exist_ok=True)
-        hold_output_lock(out)  # faults: one run per output dir (a second one: UsageError naming the PID)
         self._filter_long_prompts()
         trainer = self._build_trainer(training=True)
         if trainer.is_world_process_zero():
@@ -277,6 +333,7 @@ class GRPOTrainer:
             GenerationLogger,
             LearningSignalCheck,
             LogLinesCallback,
+            TrainClock,
             WandbRunConfig,
         )
         from grpokit.checkpoints import DeterministicSampling, ManifestWriter
@@ -309,6 +366,8 @@ class GRPOTrainer:
                                  generation_engine=self.generation_engine)
         trainer.add_callback(LogLinesCallback())
         if training:
+            self.clock = TrainClock()  # before the callbacks that log: its figure joins each step's log
+            trainer.add_callback(self.clock)
             trainer.add_callback(LearningSignalCheck())
             trainer.add_callback(DeterministicSampling())
             if self.manifest is not None:
@@ -339,24 +398,35 @@ class GRPOTrainer:
         return trainer
 
     def _run(self, trainer) -> dict[str, Any]:
-        from grpokit.run_end import GracefulStop, fault_guard
+        from grpokit.run_end import GracefulStop, Stopped, fault_guard
 
         stop = GracefulStop()
         trainer.add_callback(stop)
-        started = time.perf_counter()
         resume = str(self.resume_from) if self.resume_from is not None else None
+        out = Path(self.config.output_dir)
         try:
-            # faults.py: anything that raises from here to the last file written (training, the final evaluation,
+            # run_end.py: anything that raises from here to the last file written (training, the final evaluation,
             # the final save on a full disk) saves the last completed step and becomes one RunFailed line.
             with fault_guard(trainer, verbose=self.verbose):
                 train_result = trainer.train(resume_from_checkpoint=resume)
-                train_seconds = time.perf_counter() - started
+                train_seconds = self.clock.seconds()
                 if stop.signal_name is None:
-                    summary = self._finish(trainer, train_result, train_seconds)
+                    try:
+                        summary = self._finish(trainer, train_result, train_seconds, stop)
+                    except Stopped as stopped:  # during the final evaluation: the trained weights are kept
+                        stop.phase = "saving"
+                        self.save_model()
+                        raise Interrupted(
+                            f"{stopped.signal_name} during the final evaluation: training finished at step "
+                            f"{trainer.state.global_step} and the adapter is saved in {out}; evaluate it with "
+                            f"--eval-only --resume-from-checkpoint {out}.", stopped.exit_code) from None
         finally:
             stop.restore()
+        if stop.signal_name is not None and stop.phase == "saving":
+            raise Interrupted(f"{stop.signal_name} during the final save: the run finished at step "
+                              f"{trainer.state.global_step} and its files are written in {out}.", stop.exit_code)
         if stop.signal_name is not None:
-            checkpoint = Path(self.config.output_dir) / f"checkpoint-{trainer.state.global_step}"
+            checkpoint = out / f"checkpoint-{trainer.state.global_step}"
             raise Interrupted(
                 f"{stop.signal_name} at step {trainer.state.global_step}: checkpoint saved to {checkpoint}. Resume "
                 f"with the same command plus --resume-from-checkpoint {checkpoint} (or 'latest').", stop.exit_code)
@@ -366,14 +436,24 @@ class GRPOTrainer:
                  trainer.state.global_step, extra={"file_only": trainer.args.world_size == 1})
         return summary
 
-    def _finish(self, trainer, train_result, train_seconds) -> dict[str, Any]:
-        """The final evaluation, the summary and every output file."""
-        eval_metrics: dict[str, Any] = {}
-        config = self.config
-        if self.eval_dataset is not None and not (config.eval_steps and trainer.state.global_step % config.eval_steps == 0):
-            eval_metrics = self._trl_evaluate(trainer)  # always end with an evaluation (it writes the last log too)
-        elif self.eval_dataset is None and self.generation_logger is not None:
-            self.generation_logger.log_generations(trainer.model, trainer.state.global_step)
+    def _finish(self, trainer, train_result, train_seconds, stop=None) -> dict[str, Any]:
+        """The final evaluation, the summary and every output file. `stop` (run_end.GracefulStop) learns the phase:
+        a signal abandons the evaluation at once, but waits for the files to be written."""
+        if stop is not None:
+            stop.phase = "evaluating"
+        # Always end with an evaluation of the final weights, and only one: when the training loop already evaluated
+        # this step (eval_steps divides it, or transformers' end-of-training evaluation), its numbers are the answer
+        # (a second sampled evaluation of the same weights would disagree with the first and cost as much again).
+        step = trainer.state.global_step
+        if self.eval_dataset is not None:
+            eval_metrics = _evaluated_at(trainer, step) or self._trl_evaluate(trainer)
+        else:
+            eval_metrics = {}
+            logger = self.generation_logger
+            if logger is not None and not (logger.history and logger.history[-1]["global_step"] == step):
+                logger.log_generations(trainer.model, step)
+        if stop is not None:
+            stop.phase = "saving"
         summary = self._summary(trainer, train_result, eval_metrics, train_seconds)
         self.save_model()
         trainer.save_state()  # trainer_state.json: the full log history
@@ -588,6 +668,14 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
         # Unsloth's in-process vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
         kwargs["use_vllm"] = True
     return kwargs
+
+
+def _evaluated_at(trainer, step: int) -> dict[str, Any] | None:
+    """The eval_* metrics the training loop logged at `step`, if it evaluated there."""
+    for entry in reversed(trainer.state.log_history):
+        if "eval_reward" in entry and entry.get("step") == step:
+            return {k: v for k, v in entry.items() if k.startswith("eval_") and k != "eval_num_tokens"}
+    return None
 
 
 def dataset_fingerprint(train_ds) -> str:

@@ -113,3 +113,45 @@ def _step_of(name: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+
+
+# ---- one output directory, one run ------------------------------------------------------------------------------
+
+PREVIOUS_RUNS = "previous_runs"  # a finished run's files, set aside when a new run starts in its directory
+# Everything a run writes at the top of its output directory (TRL's save_model adds the tokenizer and a PEFT model
+# card); nothing else is ever moved, so an output dir that also holds the user's own files keeps them.
+RUN_FILES = (TRAINER_STATE, METRICS_SUMMARY, RUN_CONFIG, TRAINING_LOG, GENERATION_LOGS, PLOTS_DIR, REPORT_FILE,
+             BEST_CHECKPOINT, "adapter_model.safetensors", "adapter_config.json", "training_args.bin", "merged_16bit",
+             "ref", "eval_only", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")
+RUN_FILE_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
+
+
+def run_files(output_dir: Path) -> list[Path]:
+    """The files and directories an earlier run left in `output_dir` (empty for a fresh directory)."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return []
+    found = [out / name for name in RUN_FILES if (out / name).exists()]
+    found += [p for pattern in RUN_FILE_PATTERNS for p in sorted(out.glob(pattern))]
+    if found and (out / "README.md").exists() and (out / "adapter_config.json").exists():
+        found.append(out / "README.md")  # PEFT's model card for the adapter
+    return found
+
+
+def finished(output_dir: Path) -> bool:
+    """A run that got to its summary (metrics_summary.json): nothing left to continue."""
+    return (Path(output_dir) / METRICS_SUMMARY).exists()
+
+
+def set_aside_previous_run(output_dir: Path, stamp: str) -> Path | None:
+    """Move an earlier run's files into OUTPUT_DIR/previous_runs/<stamp>/ (nothing is deleted); the directory they
+    went to, or None when there was nothing to move."""
+    files = run_files(output_dir)
+    if not files:
+        return None
+    target = Path(output_dir) / PREVIOUS_RUNS / stamp
+    target.mkdir(parents=True, exist_ok=False)
+    for path in files:
+        path.rename(target / path.name)
+    return target

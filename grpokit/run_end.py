@@ -97,23 +97,57 @@ class AlreadyFinished(Exception):
     """A resumed run whose checkpoint is already at the end of the planned schedule: nothing to train."""
 
 
+class Stopped(BaseException):
+    """A signal outside the training loop (loading, the final evaluation): raised at once where it lands. A
+    BaseException, like KeyboardInterrupt, so no `except Exception` turns it into a fault."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.exit_code = EXIT_CODES[signal_name.lower()]
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM raise Stopped wherever they land (the CLI installs this first: a signal while loading ends
+    the run with one line and the signal's exit code, never a traceback or a silent kill)."""
+    def handle(signum, frame):
+        raise Stopped(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handle)
+
+
 class GracefulStop(TrainerCallbackBase):
-    """First SIGINT / SIGTERM: finish this step, save a checkpoint, stop. A second one interrupts at once."""
+    """The run's signal handling, by phase.
+
+    - training: the first SIGINT / SIGTERM finishes this step, saves a checkpoint and stops (a second one interrupts
+      at once);
+    - the final evaluation (`phase = "evaluating"`): it is abandoned at once (Stopped); the trained adapter is still
+      saved, and the run says so instead of asking to resume a finished run;
+    - the final save (`phase = "saving"`): noted, acted on once the files are written (a half-written adapter would
+      lose the run).
+    """
 
     def __init__(self):
         self.signal_name: str | None = None
+        self.phase = "training"
         self._previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.getsignal(sig)
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame):
-        if self.signal_name is not None:
+        name = signal.Signals(signum).name
+        if self.signal_name is not None and self.phase == "training":
             signal.signal(signum, self._previous[signum])
             raise KeyboardInterrupt
-        self.signal_name = signal.Signals(signum).name
-        log.warning("%s received: finishing the current step, then saving a checkpoint (again to abort).",
-                    self.signal_name)
+        self.signal_name = self.signal_name or name
+        if self.phase == "evaluating":
+            raise Stopped(name)
+        if self.phase == "training":
+            log.warning("%s received: finishing the current step, then saving a checkpoint (again to abort).", name)
+        else:
+            log.warning("%s received while saving the finished run: stopping once its files are written.", name)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.signal_name is not None:
@@ -127,7 +161,6 @@ class GracefulStop(TrainerCallbackBase):
     @property
     def exit_code(self) -> int:
         return EXIT_CODES.get((self.signal_name or "").lower(), 1)
-
 
 
 class FaultWatch(TrainerCallbackBase):

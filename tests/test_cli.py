@@ -178,3 +178,18 @@ def test_wandb_not_logged_in_while_online_is_refused_up_front(cli, tmp_path, mon
     code, _, err = cli("--quick-test", "--wandb-project", "p", "--output-dir", str(tmp_path / "out"))
     assert code == 2 and "W&B is not logged in" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--reward-function", "mutli"], "error: Invalid value for '--reward-function'"),
+    (["--bogus-flag"], "error: No such option: --bogus-flag"),
+    (["--max-steps", "abc"], "error: Invalid value for '--max-steps'"),
+    (["--quick-test", "--production"], "error: --quick-test and --production are two different presets"),
+])
+def test_command_line_errors_are_one_line_exit_2(args, message):
+    """click's own usage errors (choices, unknown options, types) read like every other bad input: one line, exit 2
+    (Typer would draw a boxed panel)."""
+    result = subprocess.run([sys.executable, "train_grpo.py", *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(message), result.stderr
