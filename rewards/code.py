@@ -65,7 +65,7 @@ def _placeholder(node: ast.stmt) -> bool:
     return isinstance(node, ast.Assert) and isinstance(node.test, ast.Constant) and bool(node.test.value)
 
 
-def test_steps(tests: Any, entry_point: str = "", setup: str = "") -> list[tuple[str, str]]:
+def split_tests(tests: Any, entry_point: str = "", setup: str = "") -> list[tuple[str, str]]:
     """[(kind, source)]: kind "setup" or "test", in the order they run (see the module docstring)."""
     snippets = [tests] if isinstance(tests, str) else [t for t in (tests or []) if isinstance(t, str) and t.strip()]
     steps: list[tuple[str, str]] = [("setup", setup)] if setup and setup.strip() else []
@@ -208,7 +208,7 @@ class CodeExecution(RewardComponent):
     def _one(self, text: str, entry: str, setup: str, tests: Any, prefix: str) -> tuple[float | None, dict]:
         from grpokit import sandbox
 
-        steps = test_steps(tests, entry or "", setup)
+        steps = split_tests(tests, entry or "", setup)
         total = sum(1 for kind, _ in steps if kind == "test")
         details: dict[str, Any] = {"passed": 0, "total": total, "status": "", "stderr": ""}
         if total == 0:
