@@ -178,7 +178,8 @@ def check_columns(reward_set: RewardSet, columns: set[str], source: str) -> None
         if missing:
             raise UsageError(
                 f"Reward '{component.__name__}' needs the column(s) {', '.join(missing)}, which {source} does not "
-                f"have: use a preference dataset or set '{component.__name__}_weight' to 0."
+                f"have: use {'code data (humaneval, mbpp, rows with tests)' if 'tests' in missing else 'a preference dataset'} "
+                f"or set '{component.__name__}_weight' to 0."
             )
 
 

@@ -165,6 +165,10 @@ class CodeExecution(RewardComponent):
 
     def check(self, source: str) -> None:
         super().check(source)
+        if not self.sandbox_url:  # the run says at its start what the sandbox enforces here, once
+            from grpokit import sandbox
+
+            sandbox.log_protections_once()
         if not 0 < self.timeout <= 600:
             raise UsageError(f"{source}: 'code_execution.timeout' must be seconds in (0, 600], not {self.timeout:g}.")
         if self.workers < 0:
@@ -245,6 +249,17 @@ class CodeExecution(RewardComponent):
         if self.partial_credit:
             return passed / total, details
         return (1.0 if passed == total else 0.0), details
+
+
+CODE_COLUMNS = ("tests", "test_list", "test", "entry_point", "test_setup_code", "test_imports", "code_prompt")
+
+
+def passes_all(completions: list, rows: list[dict[str, Any]], timeout: float = 10.0) -> list[float]:
+    """pass@k's notion of correct on code rows: 1.0 when a completion passes every test of its row, else 0.0 (a
+    sandbox failure counts as not passed). `rows[i]` holds completion i's columns."""
+    columns = {key: [row.get(key) for row in rows] for key in CODE_COLUMNS if key in rows[0]}
+    values = CodeExecution(timeout=timeout, partial_credit=False)(completions=completions, **columns)
+    return [value or 0.0 for value in values]
 
 
 def _at(column: Any, i: int) -> Any:

@@ -204,3 +204,35 @@ def test_custom_tests_of_the_wrong_type_are_one_line(tmp_path):
     path.write_text(json.dumps({"prompt": "Write f.", "tests": 3}) + "\n")
     with pytest.raises(UsageError, match="code.jsonl:1: 'tests' must be a list of assert strings"):
         load_grpo_dataset(custom_data=str(path), eval_fraction=0)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# pass@k on code
+# -----------------------------------------------------------------------------------------------------------------
+
+
+def test_passes_all_is_pass_at_k_correctness():
+    from rewards.code import passes_all
+
+    row = format_mbpp(MBPP[0])[0]
+    wrong = fenced("def max_of_two(a, b):\n    return a")  # passes 2 of 3: not correct for pass@k
+    assert passes_all([fenced(MBPP[0]["code"]), wrong, "no code"], [row] * 3, timeout=5) == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.slow  # loads the embedded model and samples on the CPU
+def test_generation_log_reports_pass_at_k_on_code_rows(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from callbacks import GenerationLogger
+    from model_loader import embedded_model_dir
+
+    path = embedded_model_dir()
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    rows = [format_mbpp(r)[0] for r in MBPP[:2]]
+    data, source = load_reward_config("code")
+    logger = GenerationLogger(rows, tokenizer, parse_reward_config(data, source), tmp_path / "logs",
+                              max_new_tokens=8, pass_k=2)
+    summary = logger.log_generations(model, global_step=0)
+    assert summary is not None and 0.0 <= summary["pass@1"] <= summary["pass@2"] <= 1.0
+    entries = json.loads((tmp_path / "logs" / "generation_log_step_0.json").read_text())
+    assert all(e["rewards"]["code_execution"] is not None for e in entries)  # scored (0: 8 tokens is no function)
