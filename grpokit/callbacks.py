@@ -82,7 +82,7 @@ class GenerationLogger(TrainerCallback):
             path = self.log_dir / f"generation_log_step_{global_step}.json"
             path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
             summary = summarise(entries, self.reward_set.names)
-            if self.pass_k and "answer" in self.rows[0]:
+            if self.pass_k and ("answer" in self.rows[0] or "tests" in self.rows[0]):
                 summary.update(self._pass_at_k(model))
             summary.update(eval_step=self.eval_step, global_step=global_step, file=str(path))
             self.history.append(summary)
@@ -150,8 +150,13 @@ class GenerationLogger(TrainerCallback):
         finally:
             torch.random.set_rng_state(generator_state)  # do not disturb training's sampling stream
         completions = [self._decode(ids)[0] for ids in new_tokens]
-        answers = [row["answer"] for row in self.rows for _ in range(k)]
-        correct = Accuracy()(completions=completions, answer=answers)
+        if "tests" in self.rows[0]:  # code: correct = every test passes (rewards/code.py's sandbox)
+            from rewards.code import passes_all
+
+            correct = passes_all(completions, [row for row in self.rows for _ in range(k)])
+        else:
+            answers = [row["answer"] for row in self.rows for _ in range(k)]
+            correct = Accuracy()(completions=completions, answer=answers)
         per_prompt = [correct[i * k:(i + 1) * k] for i in range(len(self.rows))]
         return {"pass@1": sum(sum(c) / k for c in per_prompt) / len(per_prompt),
                 f"pass@{k}": sum(1.0 for c in per_prompt if max(c) > 0) / len(per_prompt)}
@@ -179,7 +184,8 @@ class GenerationLogger(TrainerCallback):
             completion_ids.append(ids)
             completions.append(text)
             truncated.append(cut)
-        columns = {k: [row.get(k) for row in self.rows] for k in ("chosen", "rejected", "answer") if k in self.rows[0]}
+        # Every reference column, as TRL hands them to rewards in training (code rows: tests, entry_point, ...).
+        columns = {k: [row.get(k) for row in self.rows] for k in self.rows[0] if k not in ("id", "prompt")}
         conversational = [[{"role": "assistant", "content": c}] for c in completions]
         per = WeightedSum(self.reward_set).components(
             prompts=prompts, completions=conversational, completion_ids=completion_ids, **columns)

@@ -24,10 +24,12 @@ from typing import Any
 
 from config.errors import UsageError
 from rewards.base import RewardComponent, RewardError, check_reward_output, completion_text, with_timeout
+from rewards.code import CodeExecution
 from rewards.components import Accuracy, Custom, Format, Length, Quality, Repetition, RewardModel, Similarity
 
 REGISTRY: dict[str, type[RewardComponent]] = {
-    cls.name: cls for cls in (Accuracy, Format, Length, Repetition, Quality, Similarity, RewardModel, Custom)
+    cls.name: cls
+    for cls in (Accuracy, Format, Length, Repetition, Quality, Similarity, RewardModel, CodeExecution, Custom)
 }
 
 REWARD_PRESET_DIR = Path(__file__).resolve().parent.parent / "config" / "rewards"
@@ -176,7 +178,8 @@ def check_columns(reward_set: RewardSet, columns: set[str], source: str) -> None
         if missing:
             raise UsageError(
                 f"Reward '{component.__name__}' needs the column(s) {', '.join(missing)}, which {source} does not "
-                f"have: use a preference dataset or set '{component.__name__}_weight' to 0."
+                f"have: use {'code data (humaneval, mbpp, rows with tests)' if 'tests' in missing else 'a preference dataset'} "
+                f"or set '{component.__name__}_weight' to 0."
             )
 
 

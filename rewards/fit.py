@@ -22,7 +22,7 @@ def default_reward_preset(config, data_format: str) -> str:
     from data_loader import CUSTOM_FORMATS, DATASETS
 
     if config.custom_data or data_format in CUSTOM_FORMATS:
-        return {"qa": "math", "prompt": "keywords"}.get(data_format, "balanced")
+        return {"qa": "math", "prompt": "keywords", "tests": "code"}.get(data_format, "balanced")
     return DATASETS[config.dataset].default_rewards if config.dataset in DATASETS else "balanced"
 
 

@@ -1,0 +1,231 @@
+"""The code sandbox against hostile completions: each scores 0 (or its honest score) within its time limit plus a
+margin, the reward call goes on, and nothing outside the sandbox's temp dir changes. Assertions about isolation
+follow `sandbox.protections()`: what this machine enforces is probed, and a missing protection is skipped, not
+pretended. The sandbox runs for real (no mocks); time limits are small so a failure cannot hang the machine."""
+
+import json
+import os
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from grpokit import sandbox
+from rewards.code import CodeExecution
+
+TIMEOUT = 2.0
+MARGIN = 3.0  # start-up, the namespace set-up and a loaded 2-core machine
+TESTS = ["assert f() == 1", "assert f() + 1 == 2"]
+PROTECTIONS = sandbox.protections()
+
+
+def fenced(code: str) -> str:
+    return f"Here you go:\n```python\n{code}\n```"
+
+
+def score(completions, tests=TESTS, **settings):
+    component = CodeExecution(timeout=settings.pop("timeout", TIMEOUT), **settings)
+    start = time.monotonic()
+    values = component(prompts=["p"] * len(completions), completions=completions, tests=[tests] * len(completions))
+    return values, time.monotonic() - start, component.last_details
+
+
+def test_protections_are_reported_once_in_one_line():
+    line = sandbox.describe()
+    assert line.startswith("code sandbox") and "\n" not in line
+    for key in ("namespaces", "network_isolated", "read_only_fs", "pid_namespace", "process_limit", "rlimits"):
+        assert key in PROTECTIONS
+
+
+@pytest.mark.parametrize(
+    "name, code",
+    [
+        ("infinite loop", "def f():\n    return 1\nwhile True:\n    pass"),
+        ("sleeps past the limit", "import time\ndef f():\n    time.sleep(60)\n    return 1"),
+        ("memory hog", "x = bytearray(8 << 30)\ndef f():\n    return 1"),
+        ("sys.exit before the tests", "import sys\ndef f():\n    return 1\nsys.exit(0)"),
+        ("os._exit before the tests", "import os\ndef f():\n    return 1\nos._exit(0)"),
+        ("raise SystemExit", "def f():\n    return 1\nraise SystemExit(0)"),
+        ("exit from inside the test", "import os\ndef f():\n    os._exit(0)"),
+        ("syntax error", "def f(:\n    return 1"),
+        ("no code", "I am not able to write this function."),
+        ("empty", ""),
+        ("forges result lines", "import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'x 0 1\\nx 1 1\\n')\n"
+                                "    except OSError:\n        pass\nprint('0 1 1')\ndef f():\n    return 0"),
+    ],
+)
+def test_hostile_completions_score_zero_in_time(name, code):
+    values, elapsed, details = score([fenced(code) if code and "not able" not in code else code])
+    assert values == [0.0], (name, details)
+    assert elapsed < TIMEOUT + MARGIN, (name, elapsed)
+
+
+def test_the_call_goes_on_after_hostile_completions():
+    good = fenced("def f():\n    return 1")
+    values, elapsed, details = score([fenced("while True:\n    pass"), good, fenced("import os\nos._exit(0)"), good])
+    assert values == [0.0, 1.0, 0.0, 1.0]
+    assert [d["status"] for d in details] == ["timeout", "passed", "exited before its tests", "passed"]
+    assert elapsed < 2 * (TIMEOUT + MARGIN)
+
+
+@pytest.mark.skipif(not PROTECTIONS["process_limit"], reason="no process cap here (root without a pids cgroup)")
+def test_fork_bomb_is_contained():
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    before = len([p for p in os.listdir("/proc") if p.isdigit()])
+    values, elapsed, _ = score([fenced(bomb)])
+    assert values == [0.0] and elapsed < TIMEOUT + MARGIN
+    time.sleep(0.5)
+    after = len([p for p in os.listdir("/proc") if p.isdigit()])
+    assert after < before + 10  # the group and the namespace are gone
+
+
+def test_a_gigabyte_of_output_is_read_and_dropped():
+    run = sandbox.run_python("import sys\nb = b'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.buffer.write(b)\n",
+                             sandbox.Limits(timeout=20))
+    assert run.truncated and len(run.stdout) <= 64 * 1024
+    assert run.timed_out or run.returncode == 0
+
+
+def test_the_environment_is_an_allow_list(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_for_the_test")
+    monkeypatch.setenv("WANDB_API_KEY", "wandb_secret_for_the_test")
+    run = sandbox.run_python("import os, json\nprint(json.dumps(dict(os.environ)))\n"
+                             "print(open('/proc/self/environ', 'rb').read().count(b'secret_for_the_test'))")
+    env = json.loads(run.stdout.splitlines()[0])
+    assert set(env) <= set(sandbox.ENV_ALLOWED) | {"PWD"}, env
+    assert run.stdout.splitlines()[1] == "0"
+    assert env["HOME"] == os.path.realpath(env["HOME"]) and env["HOME"] != str(Path.home())
+
+
+def test_a_completion_reading_tokens_sees_none(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_for_the_test")
+    code = ("import os\ndef f():\n    leaked = 'HF_TOKEN' in os.environ or b'hf_secret' in open('/proc/self/environ', 'rb').read()\n"
+            "    return 0 if leaked else 1")
+    assert score([fenced(code)])[0] == [1.0]
+
+
+def test_writes_and_deletes_outside_the_temp_dir_fail(tmp_path):
+    keep = tmp_path / "keep.txt"
+    keep.write_text("precious")
+    home_target = Path.home() / f"sandbox-escape-{os.getpid()}.txt"
+    code = (f"import os, shutil\ndef attack():\n    for target in ({str(tmp_path / 'written.txt')!r}, {str(home_target)!r},"
+            f" os.path.expanduser('~/in-home.txt')):\n        try:\n            open(target, 'w').write('x')\n"
+            f"        except OSError:\n            pass\n    for victim in ({str(keep)!r},):\n        try:\n"
+            f"            os.remove(victim)\n        except OSError:\n            pass\n    shutil.rmtree({str(tmp_path)!r},"
+            " ignore_errors=True)\nattack()\ndef f():\n    return 1")
+    try:
+        values, _, _ = score([fenced(code)])
+        assert values == [1.0]  # the attack is not a test failure: the tests still ran
+        if PROTECTIONS["read_only_fs"]:
+            assert keep.read_text() == "precious"
+            assert not (tmp_path / "written.txt").exists()
+            assert not home_target.exists()
+    finally:
+        home_target.unlink(missing_ok=True)
+
+
+def test_the_network_is_off_where_namespaces_allow():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    code = (f"import socket\ndef f():\n    try:\n        socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n"
+            "        return 0\n    except OSError:\n        return 1")
+    try:
+        values, _, _ = score([fenced(code)], tests=["assert f() == 1"])
+        if PROTECTIONS["network_isolated"]:
+            assert values == [1.0]
+            with pytest.raises(TimeoutError):
+                listener.accept()  # nobody connected
+        else:
+            assert values == [0.0]
+    finally:
+        listener.close()
+
+
+def test_completions_run_in_parallel():
+    sleepy = fenced("import time\ntime.sleep(1)\ndef f():\n    return 1")
+    values, elapsed, _ = score([sleepy] * 4, workers=4)
+    assert values == [1.0] * 4
+    assert elapsed < 3.5  # one after the other: over 4 s
+
+
+def test_a_failing_sandbox_drops_the_sample(monkeypatch, tmp_path):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "does-not-exist"))
+    values, _, details = score([fenced("def f():\n    return 1")])
+    assert values == [None] and details[0]["status"] == "sandbox error"
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# The external sandbox: a SandboxFusion-shaped server on 127.0.0.1 that runs the code with python
+# -----------------------------------------------------------------------------------------------------------------
+
+
+class FusionHandler(BaseHTTPRequestHandler):
+    mode = "run"
+    requests: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        import subprocess
+        import sys
+
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        FusionHandler.requests.append((self.path, body))
+        if self.mode == "broken":
+            answer = {"status": "SandboxError", "message": "no runner", "run_result": None}
+        elif self.mode == "slow":
+            answer = {"status": "Failed", "run_result": {"status": "TimeLimitExceeded", "return_code": None,
+                                                         "stdout": "", "stderr": ""}}
+        else:
+            done = subprocess.run([sys.executable, "-c", body["code"]], input=body.get("stdin", ""), text=True,
+                                  capture_output=True, timeout=body["run_timeout"])
+            answer = {"status": "Success" if done.returncode == 0 else "Failed",
+                      "run_result": {"status": "Finished", "return_code": done.returncode, "stdout": done.stdout,
+                                     "stderr": done.stderr, "execution_time": 0.1}}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fusion():
+    server = HTTPServer(("127.0.0.1", 0), FusionHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    FusionHandler.requests = []
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_sandbox_fusion_backend(fusion):
+    server, url = fusion
+    FusionHandler.mode = "run"
+    right, wrong = fenced("def f():\n    return 1"), fenced("def f():\n    return 2")
+    values, _, details = score([right, wrong, fenced("import sys\nsys.exit(0)")], sandbox_url=url)
+    assert values == [1.0, 0.0, 0.0], details
+    path, body = FusionHandler.requests[0]
+    assert path == "/run_code" and body["language"] == "python" and body["run_timeout"] == TIMEOUT
+    FusionHandler.mode = "slow"
+    assert score([right], sandbox_url=url)[0] == [0.0]
+    FusionHandler.mode = "broken"
+    assert score([right], sandbox_url=url)[0] == [None]
+
+
+def test_sandbox_fusion_unreachable_drops_the_sample():
+    port_socket = socket.socket()
+    port_socket.bind(("127.0.0.1", 0))
+    port = port_socket.getsockname()[1]
+    port_socket.close()  # nothing listens there now
+    values, _, details = score([fenced("def f():\n    return 1")], sandbox_url=f"http://127.0.0.1:{port}")
+    assert values == [None] and details[0]["status"] == "sandbox error"
