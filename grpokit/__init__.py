@@ -26,6 +26,7 @@ tests/test_layout.py checks it):
     console.py             what the terminal shows: header, progress, summary, third-party noise, --help layout
     run_dir.py             the run directory: every file name a run leaves, and their readers
     hub.py                 Hugging Face Hub reachability (fail fast offline)
+    sandbox.py             running model-written code: namespaces, read-only root, no network, limits; sandbox_fusion
 
 Three classes are called GRPOTrainer and two GRPOConfig; which is which:
 - `grpo_trainer.GRPOTrainer` (= `grpokit.run.GRPOTrainer`): the spec's run object; it builds the next one.
