@@ -615,8 +615,12 @@ def _options_table_class(base):
                     self.add_column(no_wrap=True)
                 self.add_column(no_wrap=True, overflow="ignore")  # names: never wrapped, never cut
                 self.add_column(no_wrap=True, overflow="ignore")
-                self.add_column(overflow="fold")  # a long choice list (<auto|unsloth|...>) folds; names stay whole
+                self.add_column(overflow="fold")  # a long choice list wraps between choices; names stay whole
                 self.add_column(ratio=1)  # the help text takes what is left
+            if isinstance(types, Text) and "|" in types.plain:
+                # A choice list wraps between choices, never inside one (`<single|multi|syste` / `matic>`): a
+                # space after each bar gives Rich a place to break.
+                types = Text(types.plain.replace("|", "| "), style=types.style)
             row = [names, shorts, types, help_text]
             if len(renderables) == 7:
                 row.insert(0, required)

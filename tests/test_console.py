@@ -384,3 +384,19 @@ def test_concurrent_callers_do_not_hang(fresh_hub, listening_port):
     for thread in threads:
         thread.join(5)
     assert answers == [True] * 4
+
+
+def test_help_at_80_columns_never_breaks_a_choice(monkeypatch):
+    import typer.rich_utils
+    from typer.testing import CliRunner
+
+    from config.schema import FIELDS, field_type, literal_choices
+    from train_grpo import app
+
+    monkeypatch.setattr(typer.rich_utils, "Table", typer.rich_utils.Table)  # restored after the test
+    console.whole_option_names_in_help()
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"})
+    words = {word.strip("│,<>|") for line in result.output.splitlines() for word in line.split()}
+    for name in ("reward_function_type", "generation_engine", "backend"):
+        for choice in literal_choices(field_type(name)) or ():
+            assert choice in words, f"--help breaks the choice {choice!r} of {name} (FIELDS: {name in FIELDS})"
