@@ -249,7 +249,10 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
     out = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "train_grpo.py", "--quick-test", "--output-dir", str(out), "--set", "max_steps=1",
+        # 2 steps on one generation (num_iterations=2, the tutorials' n_update_per_generation): the second step
+        # reuses the first's completions with the log-probs the engine sampled them with
+        [sys.executable, "train_grpo.py", "--quick-test", "--output-dir", str(out), "--set", "max_steps=2",
+         "--set", "n_update_per_generation=2",
          "--set", f"generation_engine={engine}", "--disable-generation-logging", "--set", "save_steps=0",
          "--set", "max_eval_samples=2",  # the final evaluation: 2 prompts x 4 completions, one batch
          "--generation-threads", "1",
@@ -263,8 +266,9 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
     assert "ERROR" not in result.stdout + result.stderr  # llama.cpp's harmless vocabulary notes stay in the log
 
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    step = next(h for h in history if "step_time" in h)
-    assert step["completions/mean_length"] > 0
+    steps = [h for h in history if "step_time" in h]
+    assert [h["step"] for h in steps] == [1, 2] and all(h["completions/mean_length"] > 0 for h in steps)
+    step = steps[0]
     if engine == "llama_cpp":
         assert "engine   llama_cpp, 1 threads" in result.stderr  # --generation-threads reached the engine
         # TRL's importance-sampling correction ran on the engine's log-probs; the mismatch is f16-small
