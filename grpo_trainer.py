@@ -279,6 +279,9 @@ class GRPOTrainer:
                                  args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
                                  eval_dataset=self.eval_dataset)
         trainer.share_prompts = config.share_prompts
+        from grpokit.advantages import Options
+
+        trainer.advantage_options = Options.from_config(config)  # baselines, reward post-processing, dynamic sampling
         if config.share_prompts and self.backend == "unsloth" and torch.cuda.is_available():
             # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
             log.info("share_prompts: not used with Unsloth's GPU trainer (it computes log-probs with its own kernels).")

@@ -71,7 +71,10 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         (a larger max_steps), the first resumed step would train at that stale rate. The scheduler built for this
         run knows the new total, so its value at the current step is set now: the schedule re-planned for the new
         total from the current step, and the rate the log reports is the rate each step trains at."""
+        from grpokit.advantages import load_state
+
         super()._load_optimizer_and_scheduler(checkpoint)
+        load_state(self, checkpoint)  # the run state saved beside the optimizer (grpokit/advantages.py)
         scheduler = self.lr_scheduler
         lambdas = getattr(scheduler, "lr_lambdas", None)
         if checkpoint is None or not lambdas or self.optimizer is None:
@@ -102,10 +105,26 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
 
     def _generate_and_score_completions(self, *args, **kwargs):
         from engines.trl_hook import importance_sampling, timed
+        from grpokit.advantages import generate_and_score
 
         with importance_sampling(self), timed(self, "timing/generate_and_score_s"):
-            # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs
-            return super()._generate_and_score_completions(*args, **kwargs)
+            # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs; generate_and_score:
+            # baselines, reward post-processing, dynamic sampling (TRL's own step when those are at their defaults)
+            return generate_and_score(self, super()._generate_and_score_completions, *args, **kwargs)
+
+    # ---- advantages (grpokit/advantages.py) ------------------------------------------------------------------------
+    advantage_options = None  # set by the run: a grpokit.advantages.Options; None = TRL's advantages
+
+    def _calculate_rewards(self, *args, **kwargs):
+        # the gathered [all rows, reward functions] tensor TRL sums and baselines inline; kept to recompute from
+        self._gathered_rewards = super()._calculate_rewards(*args, **kwargs)
+        return self._gathered_rewards
+
+    def _save_optimizer_and_scheduler(self, output_dir):
+        from grpokit.advantages import save_state
+
+        super()._save_optimizer_and_scheduler(output_dir)
+        save_state(self, output_dir)  # EMA baselines + reward normaliser, inside the atomic checkpoint
 
     def _compute_loss(self, model, inputs):
         from engines.trl_hook import importance_sampling
