@@ -259,7 +259,7 @@ def run_state(trainer) -> RunState:
 def save_state(trainer, checkpoint_dir: str | Path) -> None:
     """Called while a checkpoint is written (before it is marked complete); every rank holds the same state."""
     options = trainer.advantage_options
-    if options is None or not (options.reshapes or options.dynamic_sampling) or not trainer.args.should_save:
+    if options is None or not options.reshapes or not trainer.args.should_save:
         return
     (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(run_state(trainer).to_json()) + "\n")
 

@@ -349,3 +349,60 @@ def test_dynamic_sampling_cap_keeps_the_batch_and_says_so(tiny_model_dir, tmp_pa
     assert [h["dynamic_sampling/rounds"] for h in logged] == [2.0, 2.0]
     assert [h["dynamic_sampling/kept_frac"] for h in logged] == [0.0, 0.0]
     assert sum("dynamic_sampling:" in r.getMessage() for r in caplog.records) == 1  # one warning per run
+
+
+DDP_SCRIPT = """
+import json, os, sys
+root, path, out = sys.argv[1:4]
+sys.path[:0] = [root, os.path.join(root, "tests")]
+from model_loader import import_backend
+import_backend("transformers")
+from test_advantages import Recorder, _record, _trainer
+from grpokit.advantages import run_state
+
+trainer = _trainer(path, out, Recorder(flat=("Hi", "colour")), {"dynamic_sampling": True,
+                   "baseline_type": "exponential_moving_average"}, steps=3, per_device_train_batch_size=4)
+generated = _record(trainer, "_generate_and_score_completions")
+trainer.train()
+tokenizer = trainer.processing_class
+report = {
+    "step": trainer.state.global_step,
+    "logged": [{k: v for k, v in h.items() if k.startswith("dynamic_sampling/")} for h in trainer.state.log_history
+               if "dynamic_sampling/rounds" in h],
+    "rows": [out["prompt_ids"].shape[0] for _, out in generated],
+    "prompts": [tokenizer.batch_decode(out["prompt_ids"], skip_special_tokens=True) for _, out in generated],
+    "ema": run_state(trainer).to_json()["ema_baselines"],
+}
+with open(os.path.join(out, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
+    json.dump(report, f)
+"""
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_under_two_processes(tiny_model_dir, tmp_path):  # noqa: F811 - the fixture
+    """torchrun, 2 CPU processes (gloo), one group per process: the ranks run the same number of rounds, each keeps
+    a batch of TRL's shape without the zero-variance prompts, and the EMA baselines agree."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import ROOT
+
+    script = tmp_path / "ddp_dynamic_sampling.py"
+    script.write_text(DDP_SCRIPT)
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script), str(ROOT),
+                             str(tiny_model_dir), str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / "out" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["step"] == ranks[1]["step"] == 3
+    assert ranks[0]["logged"] == ranks[1]["logged"] and len(ranks[0]["logged"]) == 3
+    assert any(h["dynamic_sampling/rounds"] >= 1 for h in ranks[0]["logged"])
+    for rank in ranks:
+        assert rank["rows"] == [4, 4, 4]
+        for prompts in rank["prompts"]:
+            assert not any("Hi" in p.split("user")[-1] or "colour" in p for p in prompts), prompts
+    assert ranks[0]["ema"] == pytest.approx(ranks[1]["ema"])
