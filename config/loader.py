@@ -82,6 +82,10 @@ RANGES: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "max_grad_norm": (0, True, None, False),
     "warmup_steps": (0, True, None, False),
     "reward_timeout": (0, True, None, False),
+    "baseline_ema_decay": (0, False, 1, False),  # 0 = no memory (group_mean), 1 = never moves
+    "reward_scaling": (0, False, None, False),  # a negative scale would turn the reward upside down
+    "reward_clipping": (0, True, None, False),  # 0 = off
+    "dynamic_sampling_max_rounds": (0, True, None, False),
 }
 
 
@@ -554,6 +558,25 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
         raise UsageError("vLLM generation was requested (use_vllm / fast_inference) but vllm is not installed: "
                          "pip install vllm on a CUDA machine, or drop --use-vllm.")
     check_batch_arithmetic(config, world_size)
+    check_advantage_options(config, world_size)
+
+
+def check_advantage_options(config: GRPORunConfig, world_size: int = 1) -> None:
+    """grpokit/advantages.py's fields: ranges, and the TRL settings they cannot be combined with."""
+    for name in ("baseline_ema_decay", "reward_scaling", "reward_clipping", "dynamic_sampling_max_rounds"):
+        _check_range(name, getattr(config, name), "config")
+    reshapes = (config.baseline_type != "group_mean" or config.reward_scaling != 1.0 or config.reward_clipping > 0
+                or config.reward_normalization)
+    aggregation = config.trl_args.get("multi_objective_aggregation", "sum_then_normalize")
+    if reshapes and aggregation != "sum_then_normalize":
+        raise UsageError(f"baseline_type / reward_scaling / reward_clipping / reward_normalization work on the summed "
+                         f"reward: they need multi_objective_aggregation 'sum_then_normalize', not '{aggregation}'.")
+    local = config.per_device_train_batch_size * (config.trl_args.get("steps_per_generation")
+                                                  or config.gradient_accumulation_steps)
+    if config.dynamic_sampling and world_size > 1 and local % config.num_generations:
+        raise UsageError(f"dynamic_sampling keeps or drops whole groups per process: per_device_train_batch_size x "
+                         f"steps per generation ({local}) must be a multiple of num_generations "
+                         f"({config.num_generations}).")
 
 
 def check_batch_arithmetic(config: GRPORunConfig, world_size: int = 1) -> None:

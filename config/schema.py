@@ -206,6 +206,32 @@ class GRPORunConfig:
         "group", "Advantage normalisation: 'group' (std per group), 'batch', or 'none' (Dr. GRPO).",
         PANEL_TRAINING, True,
     )
+    # GRPO options (grpokit/advantages.py; README "GRPO options"): order components -> weights -> sum -> scale ->
+    # clip -> normalise -> baseline -> scale_rewards. All at their defaults = TRL's advantages untouched.
+    baseline_type: Literal["group_mean", "group_median", "exponential_moving_average", "leave_one_out"] = _f(
+        "group_mean",
+        "What a completion's reward is compared with: its group's mean (TRL), median (mean of the two middle values "
+        "for even groups), a per-prompt moving average across steps, or the mean of the group's other completions "
+        "(RLOO).", PANEL_TRAINING,
+    )
+    baseline_ema_decay: float = _f(
+        0.9, "exponential_moving_average: weight of a prompt's previous baseline, in (0, 1) (higher = slower).",
+        PANEL_TRAINING,
+    )
+    reward_scaling: float = _f(1.0, "Multiply the summed reward by this before clipping (1.0 = off).", PANEL_TRAINING)
+    reward_clipping: float = _f(0.0, "Clip the scaled reward to [-value, value] (0 = off).", PANEL_TRAINING)
+    reward_normalization: bool = _f(
+        False, "Normalise rewards by their running mean and std over the run (kept in checkpoints).", PANEL_TRAINING
+    )
+    dynamic_sampling: bool = _f(
+        False,
+        "DAPO dynamic sampling: drop groups whose rewards are all equal and refill the batch with new prompts.",
+        PANEL_TRAINING,
+    )
+    dynamic_sampling_max_rounds: int = _f(
+        3, "dynamic_sampling: extra generation rounds per batch at most; then the batch keeps zero-variance groups.",
+        PANEL_TRAINING,
+    )
     lr_scheduler_type: str = _f("linear", "Learning-rate schedule.", PANEL_TRAINING, True)
     warmup_steps: float = _f(
         0.0, "Learning-rate warmup: steps (>= 1) or a fraction of all steps (< 1).", PANEL_TRAINING, True

@@ -12,6 +12,8 @@ tests/test_layout.py checks it):
     plots.py               the PNG curves, from the run directory's files
     trl_trainer.py         TRLGRPOTrainer: TRL's GRPOTrainer subclass (atomic checkpoints, resumed lr, shared prompts,
                            the generation engine)
+    advantages.py          group baselines (mean, median, EMA, leave-one-out), reward scale / clip / running
+                           normalisation, dynamic sampling: the advantages TRL's loss sees
     trl_engine_adapter.py  how an engine plugs into TRL: choose / start it, generation, importance sampling, timing
     engine_llama_cpp.py    the llama.cpp engine (CPU): GGUF export, LoRA push, batched seeded sampling, shared weights
     engine_transformers.py the transformers engine (benchmarks and tests; the trainer keeps TRL's own path)

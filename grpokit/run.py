@@ -328,6 +328,7 @@ class GRPOTrainer:
         import torch
         from trl import GRPOConfig as TRLConfig
 
+        from grpokit.advantages import Options as AdvantageOptions
         from grpokit.callbacks import (
             BestCheckpoint,
             GenerationLogger,
@@ -363,7 +364,8 @@ class GRPOTrainer:
         trainer = TRLGRPOTrainer(model=self.model, processing_class=self.tokenizer, reward_funcs=reward_funcs,
                                  args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
                                  eval_dataset=self.eval_dataset, share_prompts=share_prompts,
-                                 generation_engine=self.generation_engine)
+                                 generation_engine=self.generation_engine,
+                                 advantage_options=AdvantageOptions.from_config(config))
         trainer.add_callback(LogLinesCallback())
         if training:
             self.clock = TrainClock()  # before the callbacks that log: its figure joins each step's log

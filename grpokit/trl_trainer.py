@@ -26,11 +26,13 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
 
     `share_prompts`: each distinct prompt through the model once (multimodal batches and MoE auxiliary losses always
     take TRL's own pass). `generation_engine`: a grpokit.engines engine that samples the completions (None: TRL's
-    own generate)."""
+    own generate). `advantage_options`: a grpokit.advantages.Options (baselines, reward post-processing, dynamic
+    sampling; None: TRL's advantages)."""
 
-    def __init__(self, *args, share_prompts: bool = False, generation_engine=None, **kwargs):
+    def __init__(self, *args, share_prompts: bool = False, generation_engine=None, advantage_options=None, **kwargs):
         self.share_prompts = share_prompts
         self.generation_engine = generation_engine
+        self.advantage_options = advantage_options
         super().__init__(*args, **kwargs)
 
     def _save_checkpoint(self, model, trial):
@@ -48,7 +50,10 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         (a larger max_steps), the first resumed step would train at that stale rate. The scheduler built for this
         run knows the new total, so its value at the current step is set now: the schedule re-planned for the new
         total from the current step, and the rate the log reports is the rate each step trains at."""
+        from grpokit.advantages import load_state
+
         super()._load_optimizer_and_scheduler(checkpoint)
+        load_state(self, checkpoint)  # the run state saved beside the optimizer (grpokit/advantages.py)
         scheduler = self.lr_scheduler
         lambdas = getattr(scheduler, "lr_lambdas", None)
         if checkpoint is None or not lambdas or self.optimizer is None:
@@ -77,11 +82,25 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
     # ---- generation engine (grpokit/engines.py; how it plugs into TRL: trl_engine_adapter.py) ---------------------
 
     def _generate_and_score_completions(self, *args, **kwargs):
+        from grpokit.advantages import generate_and_score
         from grpokit.trl_engine_adapter import importance_sampling, timed
 
         with importance_sampling(self), timed(self, "timing/generate_and_score_s"):
-            # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs
-            return super()._generate_and_score_completions(*args, **kwargs)
+            # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs; generate_and_score:
+            # baselines, reward post-processing, dynamic sampling (TRL's own step when those are at their defaults)
+            return generate_and_score(self, super()._generate_and_score_completions, *args, **kwargs)
+
+    # ---- advantages (grpokit/advantages.py) ------------------------------------------------------------------------
+    def _calculate_rewards(self, *args, **kwargs):
+        # the gathered [all rows, reward functions] tensor TRL sums and baselines inline; kept to recompute from
+        self._gathered_rewards = super()._calculate_rewards(*args, **kwargs)
+        return self._gathered_rewards
+
+    def _save_optimizer_and_scheduler(self, output_dir):
+        from grpokit.advantages import save_state
+
+        super()._save_optimizer_and_scheduler(output_dir)
+        save_state(self, output_dir)  # EMA baselines + reward normaliser, inside the atomic checkpoint
 
     def _compute_loss(self, model, inputs):
         from grpokit.trl_engine_adapter import importance_sampling
