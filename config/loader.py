@@ -255,8 +255,16 @@ def _module_file(dotted: str) -> str | None:
     return str(path) if path.exists() else None
 
 
+PRESET_SUFFIXES = (".json", ".yaml")
+
+
+def preset_file(name: str) -> Path | None:
+    """config/presets/<name>.json or .yaml (the source documents' recipes are YAML, as their guides write them)."""
+    return next((PRESET_DIR / f"{name}{s}" for s in PRESET_SUFFIXES if (PRESET_DIR / f"{name}{s}").exists()), None)
+
+
 def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+    return sorted(p.stem for p in PRESET_DIR.iterdir() if p.suffix in PRESET_SUFFIXES)
 
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -298,8 +306,8 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
 
 
 def load_preset(name: str) -> dict[str, Any]:
-    path = PRESET_DIR / f"{name}.json"
-    if not path.exists():
+    path = preset_file(name)
+    if path is None:
         raise UsageError(f"Unknown preset '{name}'. Valid presets: {', '.join(preset_names())}.")
     return read_json_file(path, "Preset")
 

@@ -190,6 +190,10 @@ class GenerationLogger(TrainerCallback):
         per = WeightedSum(self.reward_set).components(
             prompts=prompts, completions=conversational, completion_ids=completion_ids, **columns)
         totals = weighted_total(per, self.reward_set.weights)
+        # Components that keep per-completion details of their last call (code_execution: tests passed of total,
+        # outcome, the tail of the program's error output) put them in the log beside the score.
+        details = {c.name: c.last_details for c in self.reward_set.components
+                   if len(getattr(c, "last_details", None) or ()) == len(self.rows)}
         entries = []
         for i, row in enumerate(self.rows):
             entry = {
@@ -209,6 +213,8 @@ class GenerationLogger(TrainerCallback):
             for key in ("answer", "chosen"):
                 if key in row:
                     entry[f"reference_{key}"] = row[key]
+            if details:
+                entry["details"] = {name: values[i] for name, values in details.items()}
             entries.append(entry)
         return entries
 

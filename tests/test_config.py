@@ -15,7 +15,7 @@ from config import (
     trl_kwargs,
 )
 from config.errors import UsageError
-from config.loader import PRESET_DIR, trl_field_names
+from config.loader import PRESET_DIR, preset_file, trl_field_names
 from config.schema import FIELDS
 
 SPEC_EXAMPLE = {
@@ -28,7 +28,9 @@ SPEC_EXAMPLE = {
 
 @pytest.mark.parametrize("name", preset_names())
 def test_every_shipped_preset_validates_and_says_what_it_is_for(name):
-    data = json.loads((PRESET_DIR / f"{name}.json").read_text())
+    from config.loader import read_json_file
+
+    data = read_json_file(preset_file(name), "Preset")  # JSON or YAML
     assert data.get("description"), f"preset {name} needs a description"
     config = build_config(preset=name)
     assert config.description == data["description"]
