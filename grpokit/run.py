@@ -87,6 +87,7 @@ class GRPOTrainer:
         self.generation_logger = None
         self.resume_from: Path | None = None
         self.manifest: dict[str, Any] | None = None
+        self.claimed: Path | None = None  # the output dir this run has locked and cleared (claim_output_dir)
         self.clock = None  # callbacks.TrainClock of the training trainer: the run's one training time
         self.generation_engine = None  # the run's engine (grpokit.engines), kept across its trainers
         self.engine_choice: tuple[str, str] | None = None  # (engine, why), chosen before the model loads
@@ -202,8 +203,11 @@ class GRPOTrainer:
         from grpokit.run_dir import PREVIOUS_RUNS, finished, run_files, set_aside_previous_run
 
         out = Path(self.config.output_dir).expanduser()
+        if self.claimed == out:  # the CLI claims it before opening the log; train() then finds it already done
+            return out
         out.mkdir(parents=True, exist_ok=True)
         hold_output_lock(out)  # one run per output dir (a second one: UsageError naming the PID)
+        self.claimed = out
         if resume or not is_main_process() or not run_files(out):
             return out
         checkpoints = checkpoints_by_step(out)
