@@ -63,6 +63,7 @@ def test_fresh_dir_and_an_eval_interval_longer_than_the_run(story_dir):
     """--eval-steps 50 on a 2-step run: the final evaluation runs once, and everything names its numbers."""
     result = run_cli(*QUICK, "--max-steps", "2", "--eval-steps", "50", "--output-dir", str(story_dir))
     agrees_with_disk(story_dir, result)
+    assert "held an earlier run" not in result.stderr and not (story_dir / "previous_runs").exists()
     assert result.stderr.count("eval @ step 2") == 1
     assert "trained 2 steps in" not in result.stderr  # the summary's train time is the one training time
 
