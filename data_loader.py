@@ -4,7 +4,9 @@ Every formatter maps one raw row to the GRPO row our trainer and rewards use, or
 
     {"id": str, "prompt": [{"role": ..., "content": ...}, ...],   # conversational: TRL applies the chat template
      "chosen": str, "rejected": str,                              # preference data: the two final replies
-     "answer": str}                                               # verifiable data: the reference answer
+     "answer": str,                                               # verifiable data: the reference answer
+     "reference": str}                                            # a full reference reply, where the data has one
+                                                                  # (GSM8K's worked solution, a custom `completion`)
 
 Presets load from the hub with `datasets.load_dataset` or, with `--dataset-path`, from a local copy (a directory
 as downloaded from the hub, or parquet / json / jsonl / jsonl.gz files). Rows that cannot be mapped are counted by
@@ -151,6 +153,17 @@ def gsm8k_final_answer(solution: str) -> str | None:
     return answer or None
 
 
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+def gsm8k_worked_solution(solution: str) -> str | None:
+    """GSM8K's worked solution as a reply to train on (sft_loss_weight), or None when it is only '#### <number>'.
+    The '<<48/2=24>>' calculator annotations are dropped: they were the dataset authors' tool calls, not text a
+    model should learn to write."""
+    text = _CALCULATOR.sub("", solution).strip()
+    return text if text.partition("####")[0].strip() else None
+
+
 def format_gsm8k(row: Row) -> Mapped:
     """openai/gsm8k: `question` and a worked `answer` ending in '#### <number>'."""
     question = (row.get("question") or "").strip()
@@ -159,7 +172,8 @@ def format_gsm8k(row: Row) -> Mapped:
         return None, "empty question"
     if answer is None:
         return None, "no '####' final answer"
-    return {"id": _stable_id(question), "prompt": [{"role": "user", "content": question}], "answer": answer}, None
+    return {"id": _stable_id(question), "prompt": [{"role": "user", "content": question}], "answer": answer,
+            "reference": gsm8k_worked_solution(row["answer"])}, None
 
 
 ARITHMETIC_TEMPLATE = "What is {a} + {b}? Answer with just the number."
@@ -205,7 +219,8 @@ CUSTOM_FORMATS = {
     "messages": '{"messages": [{"role": "user", "content": "..."}, ...]} (a final assistant turn becomes "chosen")',
     "qa": '{"prompt": "...", "answer": "..."} or {"question": "...", "answer": "..."}',
     "hh": '{"chosen": "\\n\\nHuman: ...\\n\\nAssistant: ...", "rejected": "..."} (HH-RLHF transcripts)',
-    "prompt": '{"prompt": "..."} (prompts only; rewards that need references will say so)',
+    "prompt": '{"prompt": "..."} (prompts only; rewards that need references will say so), optionally with a '
+              '"completion": the reference reply sft_loss_weight trains on',
 }
 
 
@@ -243,6 +258,14 @@ def _reply_text(value: Any) -> str | None:
     return None
 
 
+def _reference(row: Row) -> str | None:
+    """A custom row's own full reference reply: a `completion` (TRL's prompt-completion format) or an already
+    mapped row's `reference` (what create_grpo_dataloader returns, passed back to train())."""
+    value = row.get("reference") or row.get("completion")
+    text = _reply_text(value) if value else None
+    return (text or "").strip() or None
+
+
 def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped]:
     def prompt_key(row: Row) -> str:
         return names.prompt or ("prompt" if "prompt" in row else "question")
@@ -270,12 +293,13 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
 
     def fmt_qa(row: Row) -> Mapped:
         prompt = _as_messages(row[prompt_key(row)])
-        answer = row[names.answer or "answer"]
+        raw = row[names.answer or "answer"]
         if prompt is None:
             return None, "empty or malformed prompt"
-        answer = gsm8k_final_answer(answer) or answer if isinstance(answer, str) else str(answer)
+        answer = gsm8k_final_answer(raw) or raw if isinstance(raw, str) else str(raw)
+        worked = gsm8k_worked_solution(raw) if isinstance(raw, str) and "####" in raw else None
         return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt,
-                "answer": answer.strip()}, None
+                "answer": answer.strip(), "reference": _reference(row) or worked}, None
 
     def fmt_hh(row: Row) -> Mapped:
         return format_hh_rlhf({"chosen": row[names.chosen or "chosen"], "rejected": row[names.rejected or "rejected"]})
@@ -284,7 +308,8 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
         prompt = _as_messages(row[prompt_key(row)])
         if prompt is None:
             return None, "empty or malformed prompt"
-        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt}, None
+        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt,
+                "reference": _reference(row)}, None
 
     return {"preference": fmt_preference, "messages": fmt_messages, "qa": fmt_qa, "hh": fmt_hh,
             "prompt": fmt_prompt}[fmt]
@@ -437,7 +462,8 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
     def batch_fn(batch: dict[str, list]) -> dict[str, list]:
         keys = list(batch)
         n = len(batch[keys[0]]) if keys else 0
-        out: dict[str, list] = {"id": [], "prompt": [], "chosen": [], "rejected": [], "answer": [], "_drop": []}
+        out: dict[str, list] = {"id": [], "prompt": [], "chosen": [], "rejected": [], "answer": [], "reference": [],
+                                "_drop": []}
         for i in range(n):
             mapped, reason = formatter({k: batch[k][i] for k in keys})
             mapped = mapped or {}
@@ -450,7 +476,7 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
                 prompt = [{"role": "system", "content": system_prompt}, *prompt]
             out["id"].append(mapped.get("id", ""))
             out["prompt"].append(prompt)
-            for key in ("chosen", "rejected", "answer"):
+            for key in ("chosen", "rejected", "answer", "reference"):
                 out[key].append(mapped.get(key))
             out["_drop"].append(reason or "")
         return out
@@ -465,7 +491,7 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
         mapped = mapped.filter(lambda batch: [not r for r in batch["_drop"]], batched=True, batch_size=1000)
     mapped = mapped.remove_columns("_drop")
     # Only the reference columns this data actually has: a reward that needs a missing one says so.
-    for key in ("chosen", "rejected", "answer"):
+    for key in ("chosen", "rejected", "answer", "reference"):
         if len(mapped) and all(v is None for v in mapped[key][: min(len(mapped), 1000)]):
             mapped = mapped.remove_columns(key)
     return mapped
@@ -731,7 +757,8 @@ def rows_needed(config) -> int:
     if config.max_steps and config.max_steps > 0:
         world = int(__import__("os").environ.get("WORLD_SIZE", "1"))
         per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * world
-        return max(1, config.max_steps * -(-per_step // config.num_generations))
+        group = config.min_group_size if config.adaptive_group_size else config.num_generations  # most prompts
+        return max(1, config.max_steps * -(-per_step // group))
     return 0
 
 
