@@ -100,6 +100,7 @@ class GRPOTrainer:
         self.resume_from: Path | None = None
         self.manifest: dict[str, Any] | None = None
         self.notices: list[str] = []  # settings the run adjusted, said once in the log and in the summary
+        self.sft_columns: tuple[str, ...] = ()  # where sft_loss_weight reads each row's reference (build_rewards)
         self._started = time.perf_counter()
 
     # ---- data and rewards (no model needed) ----------------------------------------------------------------------
@@ -147,6 +148,10 @@ class GRPOTrainer:
                     f"every reward would be None and nothing would be learned. Use --reward-preset "
                     f"{default_reward_preset(config, report.format)} or data with the columns they need.")
         check_columns(reward_set, columns, report.source)
+        from grpokit.mixed_loss import check_reference
+
+        # sft_loss_weight: data without a reference reply is refused here, before any model loads (CLI and API)
+        self.sft_columns = check_reference(config, self.train_dataset, report.source)
         self.reward_set = reward_set
         return reward_set
 
@@ -221,8 +226,7 @@ class GRPOTrainer:
                      f"{report.source}" + (f"; {dropped} rows dropped (see the log)" if dropped else "")),
             ("rewards", f"{config.reward_function_type}: " + ", ".join(
                 f"{n} x{w:g}" for n, w in zip(self.reward_set.names, self.reward_set.weights, strict=True))),
-            ("steps", f"{steps}, {per_step // config.num_generations} prompts x {config.num_generations} completions "
-                      f"per step, lr {config.learning_rate:g}"),
+            ("steps", f"{steps}, {_group_shape(config, per_step)} per step, lr {config.learning_rate:g}"),
             ("output", str(config.output_dir)),
         ])
 
@@ -279,6 +283,12 @@ class GRPOTrainer:
                                  args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
                                  eval_dataset=self.eval_dataset)
         trainer.share_prompts = config.share_prompts
+        from grpokit.group_schedule import schedule_from_config
+
+        # grpokit: the mixed loss's weights and reference columns, the adaptive group-size schedule (None = off)
+        trainer.sft_loss_weight, trainer.grpo_loss_weight = config.sft_loss_weight, config.grpo_loss_weight
+        trainer.sft_columns = self.sft_columns
+        trainer.group_schedule = schedule_from_config(config, trainer.args.world_size)
         if config.share_prompts and self.backend == "unsloth" and torch.cuda.is_available():
             # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
             log.info("share_prompts: not used with Unsloth's GPU trainer (it computes log-probs with its own kernels).")
@@ -543,6 +553,14 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
         # Unsloth's in-process vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
         kwargs["use_vllm"] = True
     return kwargs
+
+
+def _group_shape(config: GRPORunConfig, per_step: int) -> str:
+    """'4 prompts x 4 completions', or with adaptive_group_size the range it grows through."""
+    if config.adaptive_group_size:
+        return (f"{per_step // config.min_group_size} -> {per_step // config.max_group_size} prompts x "
+                f"{config.min_group_size} -> {config.max_group_size} completions ({config.group_size_schedule})")
+    return f"{per_step // config.num_generations} prompts x {config.num_generations} completions"
 
 
 def dataset_fingerprint(train_ds) -> str:

@@ -100,18 +100,38 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
     # ---- generation engine (engines/; see engines/trl_hook.py) --------------------------------------------------
     generation_engine = None  # set by the run: an engines.GenerationEngine; None = TRL's own generate
 
-    def _generate_and_score_completions(self, *args, **kwargs):
+    def _generate_and_score_completions(self, inputs, *args, **kwargs):
         from engines.trl_hook import importance_sampling, timed
+        from grpokit.group_schedule import set_round_group_size
+        from grpokit.mixed_loss import attach_references
 
+        set_round_group_size(self)  # [group_schedule] TRL reads num_generations to generate and to group rewards
         with importance_sampling(self), timed(self, "timing/generate_and_score_s"):
             # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs
-            return super()._generate_and_score_completions(*args, **kwargs)
+            output = super()._generate_and_score_completions(inputs, *args, **kwargs)
+        attach_references(self, inputs, output)  # [mixed_loss] each row's reference reply, tokenised once
+        return output
 
     def _compute_loss(self, model, inputs):
         from engines.trl_hook import importance_sampling
+        from grpokit.mixed_loss import mixed_loss
 
         with importance_sampling(self, inputs):
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+        return mixed_loss(self, model, inputs, loss)  # [mixed_loss] grpo_loss_weight x GRPO + sft_loss_weight x SFT
+
+    # ---- mixed loss and adaptive group size (grpokit/; set by the run, defaults = TRL's behaviour) ----------------
+    sft_loss_weight: float = 0.0
+    grpo_loss_weight: float = 1.0
+    sft_columns: tuple[str, ...] = ()  # where each row's reference reply is read (grpokit.mixed_loss)
+    group_schedule = None  # a grpokit.group_schedule.GroupSchedule; None = TRL's fixed num_generations
+
+    def _get_train_sampler(self, dataset=None):
+        if self.group_schedule is None:
+            return super()._get_train_sampler(dataset)
+        from grpokit.group_schedule import train_sampler
+
+        return train_sampler(self, dataset if dataset is not None else self.train_dataset)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         from engines.trl_hook import generate_for_trainer, timed, uses_engine

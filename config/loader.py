@@ -81,6 +81,8 @@ RANGES: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "max_grad_norm": (0, True, None, False),
     "warmup_steps": (0, True, None, False),
     "reward_timeout": (0, True, None, False),
+    "sft_loss_weight": (0, True, None, False),
+    "grpo_loss_weight": (0, True, None, False),
 }
 
 
@@ -509,7 +511,13 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
     if (config.use_vllm or config.fast_inference) and importlib.util.find_spec("vllm") is None:
         raise UsageError("vLLM generation was requested (use_vllm / fast_inference) but vllm is not installed: "
                          "pip install vllm on a CUDA machine, or drop --use-vllm.")
+    if config.sft_loss_weight == 0 and config.grpo_loss_weight == 0:
+        raise UsageError("'grpo_loss_weight' and 'sft_loss_weight' are both 0: nothing would be trained. Set either "
+                         "above 0 (e.g. --set sft_loss_weight=1.0 --set grpo_loss_weight=0.5).")
     check_batch_arithmetic(config, world_size)
+    from grpokit.group_schedule import schedule_from_config
+
+    schedule_from_config(config, world_size)  # adaptive_group_size: refused here if the batch cannot follow it
 
 
 def check_batch_arithmetic(config: GRPORunConfig, world_size: int = 1) -> None:
