@@ -14,6 +14,11 @@ QUESTIONS = [("What is the capital of France?", "Paris."), ("Name a colour.", "B
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def make_tiny_model(path):
+    """A 2-layer random Llama with the embedded model's tokenizer, saved in `path`."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -25,7 +30,6 @@ def tiny_model_dir(tmp_path_factory):
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
-    path = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
