@@ -169,3 +169,26 @@ def test_a_run_grows_its_groups_and_resumes_on_schedule(tiny_model_dir, tmp_path
     assert [(p, s) for p, s, _ in resumed.rounds] == [(p, s) for p, s, _ in trainer.rounds[2:]]
     assert [h["group_size"] for h in resumed.state.log_history if "group_size" in h] == [2, 2, 4, 4]
     assert [h["step"] for h in resumed.state.log_history if "group_size" in h][-2:] == [3, 4]
+
+
+@pytest.mark.slow
+def test_cli_run_on_the_embedded_model_with_both_options(tmp_path):
+    """The real CLI on the embedded SmolLM2 (Unsloth's CPU backend): the source recipe's 1.0 SFT / 0.5 GRPO on the
+    built-in sums while the groups grow 2 -> 4; the log has both per step."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "out"
+    command = [sys.executable, str(ROOT / "train_grpo.py"), "--quick-test", "--max-steps", "2", "--output-dir", str(out),
+               "--disable-generation-logging", "--set", "adaptive_group_size=true", "--set", "min_group_size=2",
+               "--set", "max_group_size=4", "--set", "sft_loss_weight=1.0", "--set", "grpo_loss_weight=0.5",
+               "--set", "eval_fraction=0", "--set", "save_steps=0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "group_size" in h]
+    assert [h["group_size"] for h in steps] == [2, 4]
+    assert all(h["sft_loss"] > 0 for h in steps)
+    header = " ".join((result.stdout + result.stderr).split())  # the console wraps long lines
+    assert "4 -> 2 prompts x 2 -> 4 completions (linear) per step" in header  # 8 completions per step
