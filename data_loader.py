@@ -6,7 +6,9 @@ Every formatter maps one raw row to the GRPO row our trainer and rewards use, or
      "chosen": str, "rejected": str,                              # preference data: the two final replies
      "answer": str,                                               # verifiable data: the reference answer
      "tests": [str], "test_setup_code": str, "entry_point": str,  # code data: what rewards/code.py runs
-     "code_prompt": str}                                          # (code_prompt: the function's signature)
+     "code_prompt": str,                                          # (code_prompt: the function's signature)
+     "reference": str}                                            # a full reference reply, where the data has one
+                                                                  # (GSM8K's worked solution, a custom `completion`)
 
 Presets load from the hub with `datasets.load_dataset` or, with `--dataset-path`, from a local copy (a directory
 as downloaded from the hub, or parquet / json / jsonl / jsonl.gz files). Rows that cannot be mapped are counted by
@@ -153,6 +155,17 @@ def gsm8k_final_answer(solution: str) -> str | None:
     return answer or None
 
 
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+def gsm8k_worked_solution(solution: str) -> str | None:
+    """GSM8K's worked solution as a reply to train on (sft_loss_weight), or None when it is only '#### <number>'.
+    The '<<48/2=24>>' calculator annotations are dropped: they were the dataset authors' tool calls, not text a
+    model should learn to write."""
+    text = _CALCULATOR.sub("", solution).strip()
+    return text if text.partition("####")[0].strip() else None
+
+
 def format_gsm8k(row: Row) -> Mapped:
     """openai/gsm8k: `question` and a worked `answer` ending in '#### <number>'."""
     question = (row.get("question") or "").strip()
@@ -161,7 +174,8 @@ def format_gsm8k(row: Row) -> Mapped:
         return None, "empty question"
     if answer is None:
         return None, "no '####' final answer"
-    return {"id": _stable_id(question), "prompt": [{"role": "user", "content": question}], "answer": answer}, None
+    return {"id": _stable_id(question), "prompt": [{"role": "user", "content": question}], "answer": answer,
+            "reference": gsm8k_worked_solution(row["answer"])}, None
 
 
 ARITHMETIC_TEMPLATE = "What is {a} + {b}? Answer with just the number."
@@ -257,7 +271,8 @@ CUSTOM_FORMATS = {
     "hh": '{"chosen": "\\n\\nHuman: ...\\n\\nAssistant: ...", "rejected": "..."} (HH-RLHF transcripts)',
     "tests": '{"prompt": "...", "tests": ["assert f(1) == 2", ...]} (code: asserts, or one string of test code; '
              'optional "entry_point", "test_setup_code")',
-    "prompt": '{"prompt": "..."} (prompts only; rewards that need references will say so)',
+    "prompt": '{"prompt": "..."} (prompts only; rewards that need references will say so), optionally with a '
+              '"completion": the reference reply sft_loss_weight trains on',
 }
 
 
@@ -297,6 +312,14 @@ def _reply_text(value: Any) -> str | None:
     return None
 
 
+def _reference(row: Row) -> str | None:
+    """A custom row's own full reference reply: a `completion` (TRL's prompt-completion format) or an already
+    mapped row's `reference` (what create_grpo_dataloader returns, passed back to train())."""
+    value = row.get("reference") or row.get("completion")
+    text = _reply_text(value) if value else None
+    return (text or "").strip() or None
+
+
 def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped]:
     def prompt_key(row: Row) -> str:
         return names.prompt or ("prompt" if "prompt" in row else "question")
@@ -324,12 +347,13 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
 
     def fmt_qa(row: Row) -> Mapped:
         prompt = _as_messages(row[prompt_key(row)])
-        answer = row[names.answer or "answer"]
+        raw = row[names.answer or "answer"]
         if prompt is None:
             return None, "empty or malformed prompt"
-        answer = gsm8k_final_answer(answer) or answer if isinstance(answer, str) else str(answer)
+        answer = gsm8k_final_answer(raw) or raw if isinstance(raw, str) else str(raw)
+        worked = gsm8k_worked_solution(raw) if isinstance(raw, str) and "####" in raw else None
         return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt,
-                "answer": answer.strip()}, None
+                "answer": answer.strip(), "reference": _reference(row) or worked}, None
 
     def fmt_hh(row: Row) -> Mapped:
         return format_hh_rlhf({"chosen": row[names.chosen or "chosen"], "rejected": row[names.rejected or "rejected"]})
@@ -350,7 +374,8 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
         prompt = _as_messages(row[prompt_key(row)])
         if prompt is None:
             return None, "empty or malformed prompt"
-        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt}, None
+        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt,
+                "reference": _reference(row)}, None
 
     return {"preference": fmt_preference, "messages": fmt_messages, "qa": fmt_qa, "hh": fmt_hh,
             "tests": fmt_tests, "prompt": fmt_prompt}[fmt]
@@ -521,7 +546,8 @@ class DatasetReport:
 
 
 # The columns a mapped row may carry besides id and prompt (those no row of a split has are removed).
-REFERENCE_COLUMNS = ("chosen", "rejected", "answer", "tests", "test_setup_code", "entry_point", "code_prompt")
+REFERENCE_COLUMNS = ("chosen", "rejected", "answer", "reference", "tests", "test_setup_code", "entry_point",
+                     "code_prompt")
 
 
 def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split: str, report: DatasetReport):
@@ -827,7 +853,8 @@ def rows_needed(config) -> int:
     if config.max_steps and config.max_steps > 0:
         world = int(__import__("os").environ.get("WORLD_SIZE", "1"))
         per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * world
-        return max(1, config.max_steps * -(-per_step // config.num_generations))
+        group = config.min_group_size if config.adaptive_group_size else config.num_generations  # most prompts
+        return max(1, config.max_steps * -(-per_step // group))
     return 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -227,6 +228,11 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         document = {"config": config_to_dict(config), "preset": preset, "dataset": report.as_dict(),
                     "rewards": {"mode": config.reward_function_type, "components": reward_set.names,
                                 "weights": reward_set.weights}, "notices": trainer.notices}
+        from grpokit.group_schedule import schedule_from_config
+
+        schedule = schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1")))
+        if schedule is not None:  # adaptive_group_size: {logged step: completions per prompt from that step on}
+            document["group_size_schedule"] = schedule.changes()
         print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
         return
 

@@ -86,6 +86,8 @@ RANGES: dict[str, tuple[float | None, bool, float | None, bool]] = {
     "reward_scaling": (0, False, None, False),  # a negative scale would turn the reward upside down
     "reward_clipping": (0, True, None, False),  # 0 = off
     "dynamic_sampling_max_rounds": (0, True, None, False),
+    "sft_loss_weight": (0, True, None, False),
+    "grpo_loss_weight": (0, True, None, False),
 }
 
 
@@ -567,6 +569,9 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
     if (config.use_vllm or config.fast_inference) and importlib.util.find_spec("vllm") is None:
         raise UsageError("vLLM generation was requested (use_vllm / fast_inference) but vllm is not installed: "
                          "pip install vllm on a CUDA machine, or drop --use-vllm.")
+    if config.sft_loss_weight == 0 and config.grpo_loss_weight == 0:
+        raise UsageError("'grpo_loss_weight' and 'sft_loss_weight' are both 0: nothing would be trained. Set either "
+                         "above 0 (e.g. --set sft_loss_weight=1.0 --set grpo_loss_weight=0.5).")
     check_batch_arithmetic(config, world_size)
     check_advantage_options(config, world_size)
 
@@ -583,6 +588,9 @@ def check_advantage_options(config: GRPORunConfig, world_size: int = 1) -> None:
                          f"reward: they need multi_objective_aggregation 'sum_then_normalize', not '{aggregation}'.")
     local = config.per_device_train_batch_size * (config.trl_args.get("steps_per_generation")
                                                   or config.gradient_accumulation_steps)
+    if config.dynamic_sampling and config.sft_loss_weight > 0:
+        raise UsageError("dynamic_sampling swaps the rows of a batch, which the supervised term (sft_loss_weight) "
+                         "reads its references from: use one of them.")
     if config.dynamic_sampling and world_size > 1 and local % config.num_generations:
         raise UsageError(f"dynamic_sampling keeps or drops whole groups per process: per_device_train_batch_size x "
                          f"steps per generation ({local}) must be a multiple of num_generations "

@@ -242,6 +242,32 @@ class GRPORunConfig:
     seed: int = _f(42, "Seed for data shuffling, LoRA init and sampling.", PANEL_TRAINING, True)
     logging_steps: int = _f(1, "Log training metrics every N optimizer steps.", PANEL_TRAINING, True)
 
+    # ---- Training: mixed loss and adaptive group size (ours, grpokit/; README "Mixed loss, adaptive group size") --
+    sft_loss_weight: float = _f(
+        0.0,
+        "Weight of a supervised term added to the GRPO loss: the token-mean NLL of the data's reference reply "
+        "(chosen / worked solution / answer / completion) given the prompt (0 = off; the QA recipe uses 1.0).",
+        PANEL_TRAINING,
+    )
+    grpo_loss_weight: float = _f(
+        1.0, "Weight of the GRPO term (the QA recipe uses 0.5 with sft_loss_weight 1.0; 0 = supervised only).",
+        PANEL_TRAINING,
+    )
+    adaptive_group_size: bool = _f(
+        False,
+        "Grow the completions per prompt over training from min_group_size to max_group_size (needs max_steps; "
+        "evaluation keeps num_generations).",
+        PANEL_TRAINING,
+    )
+    min_group_size: int = _f(4, "adaptive_group_size: completions per prompt at the first step.", PANEL_TRAINING)
+    max_group_size: int = _f(16, "adaptive_group_size: completions per prompt at the last step.", PANEL_TRAINING)
+    group_size_schedule: Literal["linear", "stages"] = _f(
+        "linear",
+        "adaptive_group_size: 'linear' (the size grows linearly with the step, rounded to the nearest size the "
+        "generation batch holds) or 'stages' (an equal share of the steps for each size the batch holds).",
+        PANEL_TRAINING,
+    )
+
     # ---- Evaluation and logging --------------------------------------------------------------------------------
     eval_steps: int = _f(50, "Evaluate every N optimizer steps (0 = only at the end).", PANEL_LOGGING)
     enable_generation_logging: bool = _f(

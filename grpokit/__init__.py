@@ -14,6 +14,8 @@ tests/test_layout.py checks it):
                            the generation engine)
     advantages.py          group baselines (mean, median, EMA, leave-one-out), reward scale / clip / running
                            normalisation, dynamic sampling: the advantages TRL's loss sees
+    mixed_loss.py          the supervised + GRPO loss: each row's reference reply, its token-mean NLL, the weights
+    group_schedule.py      adaptive group size: valid sizes, the schedule, the sampler that follows it
     trl_engine_adapter.py  how an engine plugs into TRL: choose / start it, generation, importance sampling, timing
     engine_llama_cpp.py    the llama.cpp engine (CPU): GGUF export, LoRA push, batched seeded sampling, shared weights
     engine_transformers.py the transformers engine (benchmarks and tests; the trainer keeps TRL's own path)

@@ -92,6 +92,7 @@ class GRPOTrainer:
         self.generation_engine = None  # the run's engine (grpokit.engines), kept across its trainers
         self.engine_choice: tuple[str, str] | None = None  # (engine, why), chosen before the model loads
         self.notices: list[str] = []  # settings the run adjusted, said once in the log and in the summary
+        self.sft_columns: tuple[str, ...] = ()  # where sft_loss_weight reads each row's reference (build_rewards)
         self._started = time.perf_counter()
 
     # ---- data and rewards (no model needed) ----------------------------------------------------------------------
@@ -142,16 +143,24 @@ class GRPOTrainer:
                     f"every reward would be None and nothing would be learned. Use --reward-preset "
                     f"{default_reward_preset(config, report.format)} or data with the columns they need.")
         check_columns(reward_set, columns, report.source)
+        from grpokit.mixed_loss import check_reference
+
+        # sft_loss_weight: data without a reference reply is refused here, before any model loads (CLI and API)
+        self.sft_columns = check_reference(config, self.train_dataset, report.source)
         self.reward_set = reward_set
         return reward_set
 
     # ---- checks that guard a run (no model needed) -----------------------------------------------------------------
     def check_run(self) -> None:
         """Everything that would make a run fail after the model has loaded, or at its very end, refused now with one
-        line: an output directory we cannot write, W&B missing or not logged in, vLLM without CUDA, a 4-bit merge
+        line: a group-size schedule the batch cannot follow, an output directory we cannot write, W&B missing or not logged in, vLLM without CUDA, a 4-bit merge
         on a machine that cannot merge into 4-bit. `train()` and `evaluate_adapter()` call it before loading; the
         CLI calls it first of all (so --dry-run says it too)."""
+        from grpokit.group_schedule import schedule_from_config
+
         config = self.config
+        # adaptive_group_size: a min / max the generation batch cannot hold is refused here, listing the valid sizes
+        schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1")))
         check_output_dir(config.output_dir)
         if config.generation_log_dir:
             check_output_dir(config.generation_log_dir)
@@ -296,8 +305,7 @@ class GRPOTrainer:
                      f"{report.source}" + (f"; {dropped} rows dropped (see the log)" if dropped else "")),
             ("rewards", f"{config.reward_function_type}: " + ", ".join(
                 f"{n} x{w:g}" for n, w in zip(self.reward_set.names, self.reward_set.weights, strict=True))),
-            ("steps", f"{steps}, {per_step // config.num_generations} prompts x {config.num_generations} completions "
-                      f"per step, lr {config.learning_rate:g}"),
+            ("steps", f"{steps}, {_group_shape(config, per_step)} per step, lr {config.learning_rate:g}"),
             ("output", str(config.output_dir)),
         ])
 
@@ -342,6 +350,7 @@ class GRPOTrainer:
             WandbRunConfig,
         )
         from grpokit.checkpoints import DeterministicSampling, ManifestWriter
+        from grpokit.group_schedule import schedule_from_config
         from grpokit.model_loader import model_path
         from grpokit.trl_engine_adapter import start_engine
         from grpokit.trl_trainer import TRLGRPOTrainer
@@ -369,7 +378,10 @@ class GRPOTrainer:
                                  args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
                                  eval_dataset=self.eval_dataset, share_prompts=share_prompts,
                                  generation_engine=self.generation_engine,
-                                 advantage_options=AdvantageOptions.from_config(config))
+                                 advantage_options=AdvantageOptions.from_config(config),
+                                 sft_loss_weight=config.sft_loss_weight, grpo_loss_weight=config.grpo_loss_weight,
+                                 sft_columns=self.sft_columns,
+                                 group_schedule=schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1"))))
         trainer.add_callback(LogLinesCallback())
         if training:
             self.clock = TrainClock()  # before the callbacks that log: its figure joins each step's log
@@ -674,6 +686,14 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
         # Unsloth's in-process vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
         kwargs["use_vllm"] = True
     return kwargs
+
+
+def _group_shape(config: GRPORunConfig, per_step: int) -> str:
+    """'4 prompts x 4 completions', or with adaptive_group_size the range it grows through."""
+    if config.adaptive_group_size:
+        return (f"{per_step // config.min_group_size} -> {per_step // config.max_group_size} prompts x "
+                f"{config.min_group_size} -> {config.max_group_size} completions ({config.group_size_schedule})")
+    return f"{per_step // config.num_generations} prompts x {config.num_generations} completions"
 
 
 def _evaluated_at(trainer, step: int) -> dict[str, Any] | None:

@@ -27,12 +27,19 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
     `share_prompts`: each distinct prompt through the model once (multimodal batches and MoE auxiliary losses always
     take TRL's own pass). `generation_engine`: a grpokit.engines engine that samples the completions (None: TRL's
     own generate). `advantage_options`: a grpokit.advantages.Options (baselines, reward post-processing, dynamic
-    sampling; None: TRL's advantages)."""
+    sampling; None: TRL's advantages). `sft_loss_weight` / `grpo_loss_weight` / `sft_columns`: the supervised +
+    GRPO mixed loss (grpokit.mixed_loss). `group_schedule`: the adaptive group size (grpokit.group_schedule). Every
+    default is TRL's behaviour."""
 
-    def __init__(self, *args, share_prompts: bool = False, generation_engine=None, advantage_options=None, **kwargs):
+    def __init__(self, *args, share_prompts: bool = False, generation_engine=None, advantage_options=None,
+                 sft_loss_weight: float = 0.0, grpo_loss_weight: float = 1.0, sft_columns: tuple[str, ...] = (),
+                 group_schedule=None, **kwargs):
         self.share_prompts = share_prompts
         self.generation_engine = generation_engine
         self.advantage_options = advantage_options
+        self.sft_loss_weight, self.grpo_loss_weight = sft_loss_weight, grpo_loss_weight
+        self.sft_columns = sft_columns  # where each row's reference reply is read (grpokit.mixed_loss)
+        self.group_schedule = group_schedule  # a grpokit.group_schedule.GroupSchedule; None = fixed num_generations
         super().__init__(*args, **kwargs)
 
     def _save_checkpoint(self, model, trial):
@@ -81,14 +88,21 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
 
     # ---- generation engine (grpokit/engines.py; how it plugs into TRL: trl_engine_adapter.py) ---------------------
 
-    def _generate_and_score_completions(self, *args, **kwargs):
+    def _generate_and_score_completions(self, inputs):
         from grpokit.advantages import generate_and_score
+        from grpokit.group_schedule import set_round_group_size
+        from grpokit.mixed_loss import attach_references
         from grpokit.trl_engine_adapter import importance_sampling, timed
 
+        set_round_group_size(self)  # [group_schedule] TRL reads num_generations to generate and to group rewards
         with importance_sampling(self), timed(self, "timing/generate_and_score_s"):
             # importance_sampling: TRL's vLLM mismatch correction, fed the engine's log-probs; generate_and_score:
             # baselines, reward post-processing, dynamic sampling (TRL's own step when those are at their defaults)
-            return generate_and_score(self, super()._generate_and_score_completions, *args, **kwargs)
+            output = generate_and_score(self, super()._generate_and_score_completions, inputs)
+        # [mixed_loss] each row's reference reply, tokenised once (dynamic sampling, which swaps rows, is refused
+        # together with sft_loss_weight when the config is validated)
+        attach_references(self, inputs, output)
+        return output
 
     # ---- advantages (grpokit/advantages.py) ------------------------------------------------------------------------
     def _calculate_rewards(self, *args, **kwargs):
@@ -103,10 +117,20 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         save_state(self, output_dir)  # EMA baselines + reward normaliser, inside the atomic checkpoint
 
     def _compute_loss(self, model, inputs):
+        from grpokit.mixed_loss import mixed_loss
         from grpokit.trl_engine_adapter import importance_sampling
 
         with importance_sampling(self, inputs):
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+        return mixed_loss(self, model, inputs, loss)  # [mixed_loss] grpo_loss_weight x GRPO + sft_loss_weight x SFT
+
+    # ---- adaptive group size (grpokit/group_schedule.py) ----------------------------------------------------------
+    def _get_train_sampler(self, dataset=None):
+        if self.group_schedule is None:
+            return super()._get_train_sampler(dataset)
+        from grpokit.group_schedule import train_sampler
+
+        return train_sampler(self, dataset if dataset is not None else self.train_dataset)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         from grpokit.trl_engine_adapter import generate_for_trainer, timed, uses_engine
