@@ -35,6 +35,7 @@ PRESET_DIR = CONFIG_DIR / "presets"
 ALIASES = {
     "group_size": "num_generations",
     "n_update_per_generation": "num_iterations",  # the addition tutorial's name: updates per generated batch
+    "optimizer_type": "optim",  # the verl-style guide's name for TRL's optimizer choice
     "num_epochs": "num_train_epochs",
     "epochs": "num_train_epochs",
     "batch_size": "per_device_train_batch_size",
@@ -50,7 +51,7 @@ NO_EFFECT = {
     "cliprange_value": "GRPO has no value head",
 }
 # Spellings of our own values that the spec's examples use.
-VALUE_ALIASES = {("reward_function_type", "systematic"): "multi"}
+VALUE_ALIASES = {("reward_function_type", "systematic"): "multi", ("optim", "adamw"): "adamw_torch"}
 
 
 # Where TRL's config fields are declared: GRPOConfig, the base config it extends, and transformers' arguments.

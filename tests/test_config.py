@@ -347,10 +347,11 @@ def test_yaml_config_with_the_guides_names(tmp_path):
 
     path = tmp_path / "guide.yaml"
     path.write_text("model_name: smollm2-135m\ngroup_size: 8\nn_update_per_generation: 2\nlearning_rate: 1.0e-6\n"
-                    "temperature: 1.0\nmax_grad_norm: 1.0\n", encoding="utf-8")
+                    "temperature: 1.0\nmax_grad_norm: 1.0\noptimizer_type: adamw\n", encoding="utf-8")
     config = build_config(preset=None, config_file=str(path))
     assert config.num_generations == 8 and config.trl_args["num_iterations"] == 2
     assert config.learning_rate == 1e-6 and config.source_of("num_generations") == "file"
+    assert config.optim == "adamw_torch"  # the guide's optimizer_type: adamw
     data = config_to_dict(config)
     assert "group_size" not in data and "n_update_per_generation" not in data and data["num_iterations"] == 2
     again = build_config(preset=None, config_file=str(save_config_to_file(config, tmp_path / "again.yml")))
