@@ -128,7 +128,7 @@ class GenerationLogger(TrainerCallback):
                               "max_batch": self.max_batch or None})
         hint = (" (out of memory: lower --max-generation-samples, eval_pass_k or generation_max_new_tokens)"
                 if out_of_memory else "")
-        log.error("Generation evaluation failed at step %d: %s (%s: %s)%s; training continues.", global_step, what,
+        log.error("Generation logging failed at step %d (%s; %s: %s)%s; training continues.", global_step, what,
                   err.__class__.__name__, message, hint)
 
     def _generate(self, model, texts: list[str], sample: bool = False, n: int = 1) -> list[list[int]]:

@@ -152,27 +152,26 @@ class GRPOTrainer:
             check_output_dir(config.generation_log_dir)
         if config.wandb_project:
             check_wandb()
-        if config.use_vllm or config.fast_inference or (config.save_merged and config.load_in_4bit):
-            import torch  # only paid when a GPU-only setting is asked for
+        from grpokit.load_plan import detect_machine
 
-            cuda = torch.cuda.is_available()
-            if (config.use_vllm or config.fast_inference) and not cuda:
-                raise UsageError("vLLM generation (use_vllm / fast_inference) needs a CUDA GPU; this machine has "
-                                 "none. Drop --use-vllm to generate with transformers.")
-            if config.save_merged and config.load_in_4bit and not cuda:
-                # Refused now, not after training: merging into 4-bit weights needs Unsloth's GPU path.
-                raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge "
-                                 "into 4-bit): add --no-4bit, or merge later on a GPU.")
-        self.plan_load()  # GPU plans that cannot work or fit are refused here (CPU plans never are)
+        machine = detect_machine()  # no torch import on a machine without a GPU driver
+        if (config.use_vllm or config.fast_inference) and not machine.cuda:
+            raise UsageError("vLLM generation (use_vllm / fast_inference) needs a CUDA GPU; this machine has "
+                             "none. Drop --use-vllm to generate with transformers.")
+        if config.save_merged and config.load_in_4bit and not machine.cuda:
+            # Refused now, not after training: merging into 4-bit weights needs Unsloth's GPU path.
+            raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge "
+                             "into 4-bit): add --no-4bit, or merge later on a GPU.")
+        self.plan_load(machine=machine)  # GPU plans that cannot work or fit are refused here (CPU plans never are)
 
-    def plan_load(self, engine: tuple[str, str] | None = None):
+    def plan_load(self, engine: tuple[str, str] | None = None, machine=None):
         """The load plan for this machine (grpokit/load_plan.py), kept on the run; a GPU plan that cannot work (4-bit
         weights into TRL's vLLM, bf16 on a card without it, more memory than the card has) raises its one line."""
         from grpokit.load_plan import detect_machine, plan_load
         from grpokit.model_loader import choose_backend
 
         backend = self.backend or choose_backend(self.config.backend)
-        self.load_plan = plan_load(self.config, detect_machine(), backend, engine)
+        self.load_plan = plan_load(self.config, machine or detect_machine(), backend, engine)
         if self.load_plan.refusal:
             raise UsageError(self.load_plan.refusal)
         return self.load_plan
@@ -180,6 +179,7 @@ class GRPOTrainer:
     # ---- model -----------------------------------------------------------------------------------------------------
     def load_model(self):
         """Load the model and tokenizer with LoRA adapters through the configured backend. Returns (model, tokenizer)."""
+        from grpokit.load_plan import detect_machine
         from grpokit.model_loader import choose_backend, import_backend, load_model
 
         started = time.perf_counter()
@@ -190,8 +190,9 @@ class GRPOTrainer:
             resolve_engine,  # [engines] before the load: choosing vllm changes how it loads
         )
 
-        self.engine_choice = resolve_engine(self.config, self.backend, torch.cuda.is_available())
-        plan = self.plan_load(self.engine_choice)
+        machine = detect_machine()
+        self.engine_choice = resolve_engine(self.config, self.backend, machine.cuda)
+        plan = self.plan_load(self.engine_choice, machine)
         if plan.trainer_args_first:
             self._trainer_args_first = self._zero3_trainer_args()
         self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0], plan)
