@@ -4,7 +4,8 @@ The 4-bit checkpoints are Unsloth's pre-quantized uploads (bitsandbytes NF4), wh
 `--no-4bit` loads the preset's 16-bit repository instead (`hub_id_16bit`, the same pair Unsloth's own name map holds,
 unsloth/models/mapper.py: a pre-quantized checkpoint carries its `quantization_config`, and transformers quantises
 whenever one is present, transformers/quantizers/auto.py:350-367, so `load_in_4bit=False` alone does not unquantise it).
-Memory figures are Unsloth's published GRPO numbers for QLoRA on one GPU, not measured by us.
+Memory figures are Unsloth's published GRPO numbers for QLoRA on one GPU ("with 15GB VRAM ... any model up to 15B
+parameters", unsloth.ai/blog/r1-reasoning), not measured by us; there is none for 70B.
 """
 
 from dataclasses import dataclass
@@ -92,10 +93,11 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
         hub_id_16bit="unsloth/Meta-Llama-3.1-8B-Instruct", architecture=_LLAMA_8B,
     ),
     "llama-3.1-70b": ModelPreset(
-        "unsloth/Meta-Llama-3.1-70B-Instruct-bnb-4bit", "Llama 3.1 70B Instruct, 4-bit (multi-GPU or 80 GB)", "~48 GB",
+        "unsloth/Meta-Llama-3.1-70B-Instruct-bnb-4bit", "Llama 3.1 70B Instruct, 4-bit (multi-GPU or 80 GB)",
+        "",  # no published GRPO figure; --dry-run on the GPU prints the load plan's estimate
         hub_id_16bit="unsloth/Meta-Llama-3.1-70B-Instruct", architecture=_LLAMA_70B,
     ),
-    "gemma-2-9b": ModelPreset("unsloth/gemma-2-9b-it-bnb-4bit", "Gemma 2 9B instruct, 4-bit", "~16 GB",
+    "gemma-2-9b": ModelPreset("unsloth/gemma-2-9b-it-bnb-4bit", "Gemma 2 9B instruct, 4-bit", "~15 GB",
                               hub_id_16bit="unsloth/gemma-2-9b-it", architecture=_GEMMA2_9B),
     "qwen2.5-7b": ModelPreset("unsloth/Qwen2.5-7B-Instruct-bnb-4bit", "Qwen2.5 7B Instruct, 4-bit", "~15 GB",
                               hub_id_16bit="unsloth/Qwen2.5-7B-Instruct", architecture=_QWEN25_7B),
