@@ -227,7 +227,9 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         count_prompt_length_drops(train_ds, eval_ds, config, report)
         document = {"config": config_to_dict(config), "preset": preset, "dataset": report.as_dict(),
                     "rewards": {"mode": config.reward_function_type, "components": reward_set.names,
-                                "weights": reward_set.weights}, "notices": trainer.notices}
+                                "weights": reward_set.weights}, "notices": trainer.notices,
+                    # what would load, where, in which precision, and the GPU memory it expects (grpokit/load_plan.py)
+                    "load_plan": trainer.load_plan.as_dict() if trainer.load_plan is not None else None}
         from grpokit.group_schedule import schedule_from_config
 
         schedule = schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1")))

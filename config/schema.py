@@ -115,7 +115,9 @@ class GRPORunConfig:
         PANEL_MODEL, True,
     )
     vllm_mode: Literal["server", "colocate"] = _f(
-        "server", "vLLM mode: 'server' (a separate `trl vllm-serve` process) or 'colocate' (same GPUs).",
+        "colocate",
+        "vLLM mode: 'colocate' (in the training process, on the same GPUs; TRL's default; with Unsloth its "
+        "fast_inference) or 'server' (a separate `trl vllm-serve` process you start first).",
         PANEL_MODEL, True,
     )
     vllm_server_host: str = _f("0.0.0.0", "vLLM server host (server mode).", PANEL_MODEL, True)

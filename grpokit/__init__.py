@@ -17,6 +17,8 @@ tests/test_layout.py checks it):
     mixed_loss.py          the supervised + GRPO loss: each row's reference reply, its token-mean NLL, the weights
     group_schedule.py      adaptive group size: valid sizes, the schedule, the sampler that follows it
     trl_engine_adapter.py  how an engine plugs into TRL: choose / start it, generation, importance sampling, timing
+    load_plan.py           the load plan: checkpoint, quantisation, dtype / mixed precision, device_map per rank,
+                           rollout engine, GPU memory estimate; pure functions of a Machine description
     engine_llama_cpp.py    the llama.cpp engine (CPU): GGUF export, LoRA push, batched seeded sampling, shared weights
     engine_transformers.py the transformers engine (benchmarks and tests; the trainer keeps TRL's own path)
     sampling.py            numpy sampling of engine logits (temperature, top-k/p, min-p), seeded per sequence

@@ -25,7 +25,7 @@ log = logging.getLogger("grpo")
 class GenerationLogger(TrainerCallback):
     def __init__(self, rows: list[dict[str, Any]], tokenizer, reward_set: RewardSet, log_dir: Path,
                  max_new_tokens: int, is_main_process: bool = True, pass_k: int = 0, temperature: float = 1.0,
-                 held_out: bool = True, trainer=None):
+                 held_out: bool = True, trainer=None, max_batch: int = 0):
         self.rows = rows
         self.held_out = held_out  # False: no eval split, the logged prompts are training prompts (and say so)
         self.tokenizer = tokenizer
@@ -36,7 +36,11 @@ class GenerationLogger(TrainerCallback):
         self.pass_k = pass_k
         self.temperature = temperature
         self.trainer = trainer  # TRL's trainer, whose generation engine (if any) decodes the logs, as in training
+        # Sequences per transformers `generate` call (0 = all at once): on a GPU the load plan sizes it from the
+        # memory left beside the model (load_plan.eval_batch_size), since one call over rows x k would not fit.
+        self.max_batch = max_batch
         self.history: list[dict[str, Any]] = []  # one summary per logged evaluation
+        self.failures: list[dict[str, Any]] = []  # evaluations that failed (an OOM...): reported, not skipped
         self.seconds = 0.0
         existing = sorted(self.log_dir.glob("generation_log_step_*.json")) if self.log_dir.exists() else []
         # A resumed run continues the eval_step numbering instead of overwriting earlier files.
@@ -61,6 +65,8 @@ class GenerationLogger(TrainerCallback):
 
     def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
         summary = self.log_generations(model, state.global_step)
+        if metrics is not None and self.failures and self.failures[-1]["global_step"] == state.global_step:
+            metrics["eval_generation_eval_failed"] = 1.0
         if metrics is not None:
             # The greedy view joins TRL's eval metrics (eval_greedy_reward, eval_pass@k) before transformers picks the
             # best checkpoint from them, so best_metric can name it. Other ranks (no generation log) get NaN: never
@@ -83,7 +89,10 @@ class GenerationLogger(TrainerCallback):
             path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
             summary = summarise(entries, self.reward_set.names)
             if self.pass_k and ("answer" in self.rows[0] or "tests" in self.rows[0]):
-                summary.update(self._pass_at_k(model))
+                try:
+                    summary.update(self._pass_at_k(model))
+                except Exception as err:  # noqa: BLE001 - the greedy log stands; pass@k is reported as failed
+                    self._failed(err, global_step, f"pass@{self.pass_k}")
             summary.update(eval_step=self.eval_step, global_step=global_step, file=str(path))
             self.history.append(summary)
             self.eval_step += 1
@@ -96,11 +105,31 @@ class GenerationLogger(TrainerCallback):
 
             if stops_the_run(err):  # a broken reward stops the run anyway: "training continues" would contradict it
                 raise
-            log.error("Generation logging failed at step %d (%s: %s); training continues.", global_step,
-                      err.__class__.__name__, err)
+            self._failed(err, global_step, "greedy generation log")
             return None
         finally:
             self.seconds += time.perf_counter() - started
+
+    def _failed(self, err: Exception, global_step: int, what: str) -> None:
+        """A failed evaluation (typically CUDA out of memory) is logged as a failure and kept for the run summary
+        (`generation_eval_failed`) and the eval metrics, so a missing pass@k is never a silent gap."""
+        from grpokit.run_end import stops_the_run
+
+        if stops_the_run(err):
+            raise err
+        out_of_memory = "OutOfMemoryError" in err.__class__.__name__ or "out of memory" in str(err)
+        if out_of_memory:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # training goes on: give the cache back
+        message = str(err).splitlines()[0][:300] if str(err) else ""
+        self.failures.append({"global_step": global_step, "what": what, "error": f"{err.__class__.__name__}: {message}",
+                              "max_batch": self.max_batch or None})
+        hint = (" (out of memory: lower --max-generation-samples, eval_pass_k or generation_max_new_tokens)"
+                if out_of_memory else "")
+        log.error("Generation logging failed at step %d (%s; %s: %s)%s; training continues.", global_step, what,
+                  err.__class__.__name__, message, hint)
 
     def _generate(self, model, texts: list[str], sample: bool = False, n: int = 1) -> list[list[int]]:
         """`n` completions per text (greedy, or sampled at the run's temperature), prompt-major; the new token ids
@@ -120,18 +149,22 @@ class GenerationLogger(TrainerCallback):
         side = tokenizer.padding_side
         tokenizer.padding_side = "left"  # batched decoding needs the prompts right-aligned
         model.eval()
-        sampling = {"do_sample": True, "temperature": self.temperature, "num_return_sequences": n} if sample else {
-            "do_sample": False}
+        new_tokens: list[list[int]] = []
         try:
-            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            with torch.no_grad():
-                output = model.generate(**batch, max_new_tokens=self.max_new_tokens, use_cache=True,
-                                        pad_token_id=tokenizer.pad_token_id, **sampling)
+            for chunk, count in generation_batches(len(texts), n, self.max_batch):
+                sampling = {"do_sample": True, "temperature": self.temperature,
+                            "num_return_sequences": count} if sample else {"do_sample": False}
+                batch = tokenizer([texts[i] for i in chunk], return_tensors="pt", padding=True,
+                                  add_special_tokens=False).to(model.device)
+                with torch.no_grad():
+                    output = model.generate(**batch, max_new_tokens=self.max_new_tokens, use_cache=True,
+                                            pad_token_id=tokenizer.pad_token_id, **sampling)
+                new_tokens += output[:, batch["input_ids"].shape[1]:].tolist()
         finally:
             tokenizer.padding_side = side
             if was_training:
                 model.train()
-        return output[:, batch["input_ids"].shape[1]:].tolist()
+        return new_tokens
 
     def _pass_at_k(self, model) -> dict[str, float]:
         """pass@1 and pass@k from k sampled completions per prompt (unbiased estimator of Chen et al. 2021 with
@@ -217,6 +250,24 @@ class GenerationLogger(TrainerCallback):
                 entry["details"] = {name: values[i] for name, values in details.items()}
             entries.append(entry)
         return entries
+
+
+def generation_batches(prompts: int, n: int, max_batch: int) -> list[tuple[list[int], int]]:
+    """The generate calls for `n` completions of each of `prompts` prompts with at most `max_batch` sequences per
+    call (0 = one call): (prompt indices, completions per prompt) each, in prompt-major order. n above the bound
+    splits a prompt's completions across calls."""
+    if max_batch <= 0 or prompts * n <= max_batch:
+        return [(list(range(prompts)), n)] if prompts else []
+    if n <= max_batch:
+        per_call = max_batch // n
+        return [(list(range(start, min(start + per_call, prompts))), n) for start in range(0, prompts, per_call)]
+    calls = []
+    for prompt in range(prompts):
+        left = n
+        while left > 0:
+            calls.append(([prompt], min(left, max_batch)))
+            left -= max_batch
+    return calls
 
 
 def _log_to_wandb(entries: list[dict[str, Any]], summary: dict[str, Any], global_step: int) -> None:

@@ -73,13 +73,15 @@ def vllm_available() -> bool:
 
 
 def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | None = None,
-                  load_in_4bit: bool = False) -> tuple[str, str]:
+                  load_in_4bit: bool = False, vllm_installed: bool | None = None) -> tuple[str, str]:
     """(engine name, why) for the config value `requested` ('auto' or a name). The reason goes into the run's log.
 
     Explicit choices that cannot work here raise UsageError; 'auto' never raises. On a CPU 'auto' picks llama_cpp
     whenever it is built and supports the architecture, 4-bit included: for a 4-bit base the engine samples from the
     dequantised NF4 weights the trainer computes with (sampler/trainer mismatch 0.01 nats per token through the CLI),
-    exported once per model and cached.
+    exported once per model and cached. On a GPU 'auto' picks vllm only where it can take the weights: with Unsloth
+    (its fast_inference shares the 4-bit weights) or 16-bit ones; TRL's own vLLM cannot sync 4-bit weights
+    (load_plan.vllm_refusal). `vllm_installed`: whether vllm imports (None: look).
     """
     from config.errors import UsageError
     from grpokit.gguf_export import SUPPORTED_ARCHITECTURES
@@ -91,8 +93,9 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
         if not cuda:
             raise UsageError("generation_engine 'vllm' needs a CUDA GPU; this machine has none. Use 'llama_cpp' or "
                              "'transformers'.")
-        if not vllm_available():
-            raise UsageError("generation_engine 'vllm' needs vllm: pip install vllm (GPU machines only).")
+        if not (vllm_available() if vllm_installed is None else vllm_installed):
+            raise UsageError("generation_engine 'vllm' needs vllm: pip install vllm, without replacing torch "
+                             "(README 'GPU').")
         return "vllm", "requested"
     if requested == "llama_cpp":
         if cuda:
@@ -108,9 +111,11 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
         return "transformers", "requested"
     # auto
     if cuda:
-        if vllm_available():
-            return "vllm", "auto: CUDA GPU and vllm installed"
-        return "transformers", "auto: CUDA GPU without vllm"
+        if not (vllm_available() if vllm_installed is None else vllm_installed):
+            return "transformers", "auto: CUDA GPU without vllm"
+        if load_in_4bit and backend != "unsloth":
+            return "transformers", "auto: 4-bit weights, which TRL's vLLM cannot sync (trl#4973)"
+        return "vllm", "auto: CUDA GPU and vllm installed"
     if not llama_cpp_available():
         return "transformers", "auto: CPU, llama-cpp-python not installed (`make llama-cpp` builds it)"
     if not supported_arch:

@@ -70,12 +70,14 @@ def embedded_model_dir() -> Path:
     return target
 
 
-def model_path(name: str) -> str:
-    """What from_pretrained gets: the embedded cache, a preset's hub id, a hub id, or a local directory."""
+def model_path(name: str, load_in_4bit: bool = True) -> str:
+    """What from_pretrained gets: the embedded cache, a preset's hub id for this precision (its 16-bit repository
+    when 4-bit is off: transformers would quantise a pre-quantized checkpoint whatever we ask, see config/models.py),
+    a hub id, or a local directory."""
     preset = MODEL_PRESETS.get(name)
     if preset is None:
         return name
-    return str(embedded_model_dir()) if preset.embedded else preset.hub_id
+    return str(embedded_model_dir()) if preset.embedded else preset.checkpoint(load_in_4bit)
 
 
 def load_tokenizer(name: str):
@@ -207,12 +209,13 @@ def frozen_weights_in_bf16(config, engine: str, cuda: bool):
             del os.environ["UNSLOTH_CPU_FROZEN_BF16"]
 
 
-def load_model(config, backend: str, engine: str = "transformers"):
+def load_model(config, backend: str, engine: str = "transformers", plan=None):
     """(model with LoRA adapters, tokenizer) through the chosen backend; `engine`: the generation engine that will
-    sample from it (see frozen_weights_in_bf16)."""
+    sample from it (see frozen_weights_in_bf16); `plan`: the run's load plan (grpokit/load_plan.py: the machine,
+    dtype and device_map; None: this machine, today's rules)."""
     import torch
 
-    path = model_path(config.model_name)
+    path = model_path(config.model_name, config.load_in_4bit)
     online = True
     if not Path(path).is_dir():  # a hub id: fail in ~2 s when the hub is out of reach, or use the local cache
         from grpokit.hub import hub_reachable, use_local_cache_only
@@ -221,7 +224,7 @@ def load_model(config, backend: str, engine: str = "transformers"):
         if not online:
             use_local_cache_only()
     gc = gradient_checkpointing(config)
-    cuda = torch.cuda.is_available()
+    cuda = plan.cuda if plan is not None else torch.cuda.is_available()
     try:
         if backend == "unsloth":
             from unsloth import FastLanguageModel
@@ -234,7 +237,7 @@ def load_model(config, backend: str, engine: str = "transformers"):
                 random_state=config.seed,
             )
         else:
-            model, tokenizer = _load_with_peft(path, config, gc, cuda)
+            model, tokenizer = _load_with_peft(path, config, gc, cuda, plan)
     except OSError as err:
         if not online:
             from grpokit.hub import require_hub
@@ -276,13 +279,18 @@ def contiguous_lm_head_input(model) -> None:
     head.register_forward_pre_hook(make_contiguous)
 
 
-def _load_with_peft(path: str, config, gradient_checkpointing, cuda: bool):
+def _load_with_peft(path: str, config, gradient_checkpointing, cuda: bool, plan=None):
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
-    dtype = torch.bfloat16 if (not cuda or torch.cuda.is_bf16_supported()) else torch.float16
+    if plan is not None:
+        dtype = plan.torch_dtype()
+    else:  # native bf16 only (compute capability >= 8): torch.cuda.is_bf16_supported() says True on a T4 (emulated)
+        dtype = torch.bfloat16 if not cuda or torch.cuda.get_device_capability()[0] >= 8 else torch.float16
     kwargs = {"dtype": dtype}
+    if plan is not None and plan.device_map is not None:
+        kwargs["device_map"] = plan.device_map  # each rank's own GPU (load_plan.device_map says why)
     attention = attn_implementation(config, cuda)
     if attention is not None:
         kwargs["attn_implementation"] = attention

@@ -93,6 +93,8 @@ class GRPOTrainer:
         self.engine_choice: tuple[str, str] | None = None  # (engine, why), chosen before the model loads
         self.notices: list[str] = []  # settings the run adjusted, said once in the log and in the summary
         self.sft_columns: tuple[str, ...] = ()  # where sft_loss_weight reads each row's reference (build_rewards)
+        self.load_plan = None  # grpokit.load_plan.LoadPlan: checked by check_run, followed by load_model
+        self._trainer_args_first = None  # ZeRO-3: TRL's args built before the model (kept alive, see load_model)
         self._started = time.perf_counter()
 
     # ---- data and rewards (no model needed) ----------------------------------------------------------------------
@@ -153,10 +155,12 @@ class GRPOTrainer:
     # ---- checks that guard a run (no model needed) -----------------------------------------------------------------
     def check_run(self) -> None:
         """Everything that would make a run fail after the model has loaded, or at its very end, refused now with one
-        line: a group-size schedule the batch cannot follow, an output directory we cannot write, W&B missing or not logged in, vLLM without CUDA, a 4-bit merge
-        on a machine that cannot merge into 4-bit. `train()` and `evaluate_adapter()` call it before loading; the
-        CLI calls it first of all (so --dry-run says it too)."""
+        line: a group-size schedule the batch cannot follow, an output directory we cannot write, W&B missing or not
+        logged in, vLLM without CUDA, a 4-bit merge on a machine that cannot merge into 4-bit, a GPU load plan that
+        cannot work or fit. `train()` and `evaluate_adapter()` call it before loading; the CLI calls it first of all
+        (so --dry-run says it too)."""
         from grpokit.group_schedule import schedule_from_config
+        from grpokit.load_plan import detect_machine
 
         config = self.config
         # adaptive_group_size: a min / max the generation batch cannot hold is refused here, listing the valid sizes
@@ -166,17 +170,27 @@ class GRPOTrainer:
             check_output_dir(config.generation_log_dir)
         if config.wandb_project:
             check_wandb()
-        if config.use_vllm or config.fast_inference or (config.save_merged and config.load_in_4bit):
-            import torch  # only paid when a GPU-only setting is asked for
+        machine = detect_machine()  # no torch import on a machine without a GPU driver
+        if (config.use_vllm or config.fast_inference) and not machine.cuda:
+            raise UsageError("vLLM generation (use_vllm / fast_inference) needs a CUDA GPU; this machine has "
+                             "none. Drop --use-vllm to generate with transformers.")
+        if config.save_merged and config.load_in_4bit and not machine.cuda:
+            # Refused now, not after training: merging into 4-bit weights needs Unsloth's GPU path.
+            raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge "
+                             "into 4-bit): add --no-4bit, or merge later on a GPU.")
+        self.plan_load(machine=machine)  # GPU plans that cannot work or fit are refused here (CPU plans never are)
 
-            cuda = torch.cuda.is_available()
-            if (config.use_vllm or config.fast_inference) and not cuda:
-                raise UsageError("vLLM generation (use_vllm / fast_inference) needs a CUDA GPU; this machine has "
-                                 "none. Drop --use-vllm to generate with transformers.")
-            if config.save_merged and config.load_in_4bit and not cuda:
-                # Refused now, not after training: merging into 4-bit weights needs Unsloth's GPU path.
-                raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge "
-                                 "into 4-bit): add --no-4bit, or merge later on a GPU.")
+    def plan_load(self, engine: tuple[str, str] | None = None, machine=None):
+        """The load plan for this machine (grpokit/load_plan.py), kept on the run; a GPU plan that cannot work (4-bit
+        weights into TRL's vLLM, bf16 on a card without it, more memory than the card has) raises its one line."""
+        from grpokit.load_plan import detect_machine, plan_load
+        from grpokit.model_loader import choose_backend
+
+        backend = self.backend or choose_backend(self.config.backend)
+        self.load_plan = plan_load(self.config, machine or detect_machine(), backend, engine)
+        if self.load_plan.refusal:
+            raise UsageError(self.load_plan.refusal)
+        return self.load_plan
 
     def check_schedule(self) -> None:
         """A run that would train nothing is refused before anything loads: max_steps 0, fewer training prompts than
@@ -234,6 +248,7 @@ class GRPOTrainer:
     # ---- model -----------------------------------------------------------------------------------------------------
     def load_model(self):
         """Load the model and tokenizer with LoRA adapters through the configured backend. Returns (model, tokenizer)."""
+        from grpokit.load_plan import detect_machine
         from grpokit.model_loader import choose_backend, import_backend, load_model
 
         started = time.perf_counter()
@@ -244,12 +259,26 @@ class GRPOTrainer:
             resolve_engine,  # [engines] before the load: choosing vllm changes how it loads
         )
 
-        self.engine_choice = resolve_engine(self.config, self.backend, torch.cuda.is_available())
-        self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0])
+        machine = detect_machine()
+        self.engine_choice = resolve_engine(self.config, self.backend, machine.cuda)
+        plan = self.plan_load(self.engine_choice, machine)
+        if plan.trainer_args_first:
+            self._trainer_args_first = self._zero3_trainer_args()
+        self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0], plan)
         log.info("Backend: %s (torch %s, %s); model %s loaded in %.1f s", self.backend, torch.__version__,
                  "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads",
                  self.config.model_name, time.perf_counter() - started)
         return self.model, self.tokenizer
+
+    def _zero3_trainer_args(self):
+        """TRL's args before the model loads, kept alive on the run: under `accelerate launch` with DeepSpeed they
+        register ZeRO-3 with transformers (transformers/training_args.py, DeepSpeedPlugin().set_deepspeed_weakref();
+        accelerate/utils/dataclasses.py keeps the HfDeepSpeedConfig only weakly), so from_pretrained loads each rank's
+        shard under zero.Init instead of the whole model per rank."""
+        from trl import GRPOConfig as TRLConfig
+
+        kwargs = grpo_config_kwargs(self.config, self.eval_dataset is not None, None, self.load_plan)
+        return TRLConfig(**kwargs)
 
     # ---- training --------------------------------------------------------------------------------------------------
     def train(self, dataset=None, resume_from_checkpoint: str | os.PathLike | None = None,
@@ -361,7 +390,7 @@ class GRPOTrainer:
                                                               timeout=config.reward_timeout)
         if config.wandb_project and training:
             os.environ["WANDB_PROJECT"] = config.wandb_project
-        kwargs = grpo_config_kwargs(config, self.eval_dataset is not None, reward_weights)
+        kwargs = grpo_config_kwargs(config, self.eval_dataset is not None, reward_weights, self.load_plan)
         if output_dir is not None:
             kwargs.update(output_dir=str(output_dir), report_to="none", save_strategy="no")
         if not torch.cuda.is_available():
@@ -373,7 +402,8 @@ class GRPOTrainer:
             share_prompts = False
         # [engines] the chosen generation engine, built once and kept across the run's trainers
         self.generation_engine, self.engine_choice = start_engine(
-            config, self.engine_choice, self.model, model_path(config.model_name), kwargs, self.generation_engine)
+            config, self.engine_choice, self.model, model_path(config.model_name, config.load_in_4bit), kwargs,
+            self.generation_engine)
         trainer = TRLGRPOTrainer(model=self.model, processing_class=self.tokenizer, reward_funcs=reward_funcs,
                                  args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
                                  eval_dataset=self.eval_dataset, share_prompts=share_prompts,
@@ -403,7 +433,8 @@ class GRPOTrainer:
                 rows, self.tokenizer, self.reward_set, log_dir,
                 max_new_tokens=config.generation_max_new_tokens or config.max_completion_length,
                 is_main_process=trainer.is_world_process_zero(), pass_k=config.eval_pass_k,
-                temperature=config.temperature, held_out=held_out, trainer=trainer)
+                temperature=config.temperature, held_out=held_out, trainer=trainer,
+                max_batch=self.load_plan.eval_batch if self.load_plan is not None else 0)
             if training:
                 trainer.add_callback(self.generation_logger)
         if training and kwargs.get("metric_for_best_model"):
@@ -613,6 +644,8 @@ class GRPOTrainer:
             }
             summary["generation_logging_seconds"] = round(logger.seconds, 2)
             summary["generation_log_dir"] = str(logger.log_dir)
+        if logger is not None and logger.failures:
+            summary["generation_eval_failed"] = logger.failures  # e.g. an OOM in pass@k: a failure, not a gap
         return summary
 
     def _write_outputs(self, summary: dict[str, Any]) -> None:
@@ -659,9 +692,16 @@ def check_wandb() -> None:
                          "WANDB_MODE=offline (or drop --wandb-project).")
 
 
-def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: list[float] | None) -> dict[str, Any]:
-    """Everything TRL's GRPOConfig receives (kept separate so tests can check what we hand over)."""
+def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: list[float] | None,
+                       plan=None) -> dict[str, Any]:
+    """Everything TRL's GRPOConfig receives (kept separate so tests can check what we hand over); `plan`: the run's
+    load plan (grpokit/load_plan.py), whose mixed precision a GPU run trains in."""
     kwargs = trl_kwargs(config)
+    if plan is not None and plan.cuda and plan.mixed_precision in ("bf16", "fp16", "no"):
+        # TRL defaults bf16=True (trl/trainer/base_config.py); on a T4 / V100 that means emulated bf16 against an
+        # fp16 model, so the plan's choice per card is set (a --set bf16 / fp16 of the user's is kept).
+        kwargs.setdefault("bf16", plan.mixed_precision == "bf16")
+        kwargs.setdefault("fp16", plan.mixed_precision == "fp16")
     evaluate_during = has_eval and config.eval_steps > 0
     kwargs.update(
         eval_strategy="steps" if evaluate_during else "no",
@@ -743,7 +783,9 @@ def check_adapter_dir(path: Path, model_name: str) -> dict[str, Any]:
         raise UsageError(f"{path}: the adapter files are unreadable or truncated ({err.__class__.__name__}).") from None
     base = adapter_config.get("base_model_name_or_path") or ""
     expected = model_path(model_name)
-    if base and Path(base).name != Path(expected).name and base != expected:
+    # a preset's adapter may have been trained on its 4-bit or its 16-bit repository (--no-4bit)
+    accepted = {expected, model_path(model_name, load_in_4bit=False)}
+    if base and Path(base).name not in {Path(p).name for p in accepted} and base not in accepted:
         raise UsageError(f"{path} is an adapter for '{base}', not for '{model_name}' ({expected}): pass the matching "
                          "--model.")
     return adapter_config

@@ -22,7 +22,7 @@ import json
 import logging
 from pathlib import Path
 
-from grpokit.engines import EngineSetup, SamplingParams, choose_engine, vllm_kwargs
+from grpokit.engines import EngineSetup, SamplingParams, choose_engine
 
 log = logging.getLogger("grpo")
 
@@ -192,8 +192,11 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
 
     requested = config.generation_engine
     if config.use_vllm or config.fast_inference:
+        # --use-vllm on Unsloth still has to reach from_pretrained as fast_inference: without it TRL would start its
+        # own vLLM and push the 4-bit weights into it (load_plan.vllm_refusal).
+        _use_vllm(config, backend)
         return "vllm", "use_vllm / fast_inference set"
-    model_dir = local_model_dir(model_path(config.model_name)) if not cuda else None
+    model_dir = local_model_dir(model_path(config.model_name, config.load_in_4bit)) if not cuda else None
     architecture = None
     if model_dir is not None and (model_dir / "config.json").exists():
         architecture = (json.loads((model_dir / "config.json").read_text()).get("architectures") or ["?"])[0]
@@ -201,13 +204,19 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
         architecture = "a model with no local safetensors directory"
     name, reason = choose_engine(requested, cuda, backend, architecture, load_in_4bit=config.load_in_4bit)
     if name == "vllm":
-        # TRL's / Unsloth's own vLLM generation, through the config fields that already switch it on.
-        if backend == "unsloth":
-            config.fast_inference = True
-        else:
-            config.use_vllm = True
-            config.vllm_mode = vllm_kwargs(backend)["grpo_config"]["vllm_mode"]
+        _use_vllm(config, backend)
     return name, reason
+
+
+def _use_vllm(config, backend: str) -> None:
+    """TRL's / Unsloth's own vLLM generation, through the config fields that switch it on (load_plan.vllm_settings:
+    Unsloth's fast_inference in colocate mode, else TRL's use_vllm in the config's mode)."""
+    from grpokit.load_plan import vllm_settings
+
+    settings = vllm_settings(config, backend)
+    config.use_vllm, config.vllm_mode = settings["use_vllm"], settings["vllm_mode"]
+    if settings["fast_inference"]:
+        config.fast_inference = True
 
 
 def engine_threads(requested: int, torch_threads: int) -> int:

@@ -1,0 +1,517 @@
+"""The GPU path on a CPU machine (issue 34): every machine-dependent decision is a function of a `Machine`, so a T4,
+an A100, two GPUs under DDP and eight under ZeRO-3 are data here. Loaders and TRL's config are stubbed only at the
+library boundary (transformers / Unsloth `from_pretrained`, peft, `trl.GRPOConfig`) to record what we hand them."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import json
+import logging
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from conftest import GSM8K_FILE, ROOT
+
+from config import build_config
+from config.errors import UsageError
+from config.models import MODEL_PRESETS
+from grpokit.load_plan import Machine, detect_machine, plan_load
+
+SITE = Path(inspect.getfile(pytest)).parent.parent  # site-packages
+
+T4 = Machine(cuda=True, gpu_name="Tesla T4", gpu_memory_gib=14.6, bf16=False, vllm=True)
+L4 = Machine(cuda=True, gpu_name="NVIDIA L4", gpu_memory_gib=22.0, bf16=True, vllm=True)
+A100 = Machine(cuda=True, gpu_name="NVIDIA A100-SXM4-80GB", gpu_memory_gib=79.2, bf16=True, vllm=True)
+DDP_RANK1 = Machine(cuda=True, gpu_name="NVIDIA A100-SXM4-80GB", gpu_memory_gib=79.2, bf16=True, world_size=2,
+                    local_rank=1)
+ZERO3 = Machine(cuda=True, gpu_name="NVIDIA H100 80GB HBM3", gpu_memory_gib=79.1, bf16=True, world_size=8,
+                local_rank=3, zero_stage=3)
+CPU = Machine()
+
+
+def _config(**flags):
+    overrides = flags.pop("overrides", [])
+    return build_config(preset="default", flags=flags, overrides=overrides)
+
+
+# ---- the boundary stubs: record what transformers / Unsloth / peft / TRL receive -----------------------------------
+class FakeModel:
+    """What from_pretrained returns here: enough of a PreTrainedModel for load_model's own steps."""
+
+    def get_output_embeddings(self):
+        return None
+
+    def gradient_checkpointing_enable(self, **kwargs):
+        pass
+
+    def enable_input_require_grads(self):
+        pass
+
+
+class FakeTokenizer:
+    pad_token = "<pad>"
+    eos_token = "<eos>"
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """transformers' AutoModelForCausalLM / AutoTokenizer and peft's get_peft_model, recording calls in order."""
+    import peft
+    import transformers
+
+    calls: list[tuple[str, tuple, dict]] = []
+
+    def model_from_pretrained(path, *args, **kwargs):
+        calls.append(("model", (path, *args), kwargs))
+        return FakeModel()
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", staticmethod(model_from_pretrained))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        staticmethod(lambda path, *a, **k: FakeTokenizer()))
+    monkeypatch.setattr(peft, "get_peft_model", lambda model, lora: model)
+    return calls
+
+
+@pytest.fixture
+def vllm_installed(monkeypatch):
+    """vllm is GPU-only and not installed here: the config check (config/loader.py) is told it is."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+
+
+def _load(config, machine, backend="transformers"):
+    from grpokit.model_loader import load_model
+
+    plan = plan_load(config, machine, backend, ("transformers", "test"))
+    load_model(config, backend, "transformers", plan)
+    return plan
+
+
+# ---- 1. --no-4bit on a 4-bit preset loads the 16-bit repository ------------------------------------------------------
+def test_no_4bit_loads_the_presets_16bit_repository_not_the_prequantized_one(recorded):
+    """transformers quantises whenever the checkpoint's config carries a quantization_config
+    (transformers/quantizers/auto.py:350-367), so the bnb-4bit repo would load 4-bit whatever we pass."""
+    config = _config(backend="transformers", load_in_4bit=False)
+    plan = _load(config, A100)
+    (_, (path,), kwargs), = recorded
+    assert path == plan.checkpoint == "unsloth/Meta-Llama-3.1-8B-Instruct"
+    assert "quantization_config" not in kwargs and plan.quantization == "none (16-bit)"
+    four_bit = _config(backend="transformers")
+    _load(four_bit, A100)
+    assert recorded[1][1][0] == "unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit"
+    assert recorded[1][2]["quantization_config"].load_in_4bit
+
+
+def test_presets_16bit_repositories_are_the_ones_unsloths_name_map_swaps_in():
+    """Unsloth loads INT_TO_FLOAT_MAPPER / MAP_TO_UNSLOTH_16bit's entry when load_in_4bit is off
+    (unsloth/models/loader_utils.py __get_model_name); the transformers backend must load the same repository."""
+    spec = importlib.util.spec_from_file_location("unsloth_mapper", SITE / "unsloth" / "models" / "mapper.py")
+    mapper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mapper)  # a data module: no imports, no unsloth package import
+    for name, preset in MODEL_PRESETS.items():
+        if preset.embedded:
+            continue
+        key = preset.hub_id.lower()
+        assert (mapper.INT_TO_FLOAT_MAPPER.get(key) or mapper.MAP_TO_UNSLOTH_16bit.get(key)) == preset.hub_id_16bit, name
+
+
+def test_preset_shapes_give_the_published_parameter_counts():
+    """The memory estimate's shape numbers (config.json fields) reproduce each model's published size."""
+    expected = {"llama-3.1-8b": 8.03e9, "llama-3.1-70b": 70.55e9, "gemma-2-9b": 9.24e9, "qwen2.5-7b": 7.62e9,
+                "smollm2-135m": 134.5e6}
+    for name, params in expected.items():
+        assert MODEL_PRESETS[name].architecture.params == pytest.approx(params, rel=0.01), name
+
+
+# ---- 2. 4-bit under DDP: each rank's own GPU ---------------------------------------------------------------------------
+def test_4bit_under_ddp_loads_on_each_ranks_own_gpu(recorded):
+    """bitsandbytes puts an unmapped 4-bit model on the current device, cuda:0 before TRL's args set the rank's
+    (quantizer_bnb_4bit.py update_device_map), and accelerate refuses to train it on another device
+    (accelerate/accelerator.py "loaded in 8-bit or 4-bit precision on a different device")."""
+    config = _config(backend="transformers")
+    plan = _load(config, DDP_RANK1)
+    assert recorded[-1][2]["device_map"] == {"": 1} == plan.device_map
+    single = plan_load(config, A100, "transformers")
+    assert single.device_map == {"": 0}
+    # sharded runs place weights themselves (transformers refuses a device_map under ZeRO-3); Unsloth maps ranks
+    # itself (unsloth/models/loader_utils.py prepare_device_map); a CPU gets none
+    assert plan_load(_config(backend="transformers", load_in_4bit=False), ZERO3, "transformers").device_map is None
+    assert plan_load(config, DDP_RANK1, "unsloth").device_map is None
+    assert plan_load(config, CPU, "transformers").device_map is None
+
+
+# ---- 3. precision per card ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("machine, dtype, bf16, fp16", [(T4, "float16", False, True), (A100, "bfloat16", True, False)])
+def test_precision_follows_the_card(recorded, machine, dtype, bf16, fp16):
+    """TRL defaults bf16=True (trl/trainer/base_config.py); torch calls a T4's emulated bf16 supported, so transformers
+    would not even refuse it. The model's dtype and TRL's mixed precision both come from the plan."""
+    import torch
+
+    from grpokit.run import grpo_config_kwargs
+
+    config = _config(backend="transformers")
+    plan = _load(config, machine)
+    assert recorded[-1][2]["dtype"] == getattr(torch, dtype)
+    assert recorded[-1][2]["quantization_config"].bnb_4bit_compute_dtype == getattr(torch, dtype)
+    kwargs = grpo_config_kwargs(config, has_eval=False, reward_weights=None, plan=plan)
+    assert (kwargs["bf16"], kwargs["fp16"]) == (bf16, fp16)
+
+
+def test_cpu_precision_is_left_as_it_was():
+    from grpokit.run import grpo_config_kwargs
+
+    config = _config(backend="transformers")
+    kwargs = grpo_config_kwargs(config, has_eval=False, reward_weights=None, plan=plan_load(config, CPU, "transformers"))
+    assert "bf16" not in kwargs and "fp16" not in kwargs
+
+
+def test_bf16_asked_for_on_a_t4_is_refused_by_check_run_before_anything_loads(monkeypatch, tmp_path):
+    from grpokit import load_plan
+    from grpokit.run import GRPOTrainer
+
+    monkeypatch.setattr(load_plan, "detect_machine", lambda: T4)
+    config = _config(backend="transformers", output_dir=str(tmp_path), overrides=["bf16=true"])
+    with pytest.raises(UsageError, match="Tesla T4 has no native bf16: drop bf16=true") as err:
+        GRPOTrainer(config).check_run()
+    assert "\n" not in str(err.value)
+
+
+def test_detect_machine_reads_a_t4_and_the_launchers_environment(monkeypatch):
+    """The one place torch and the environment are read: a T4 (compute capability 7.5) has no native bf16, although
+    torch.cuda.is_bf16_supported() says True there (emulation)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(name="Tesla T4", total_memory=15_655_829_504, major=7))
+    for key, value in {"WORLD_SIZE": "2", "LOCAL_RANK": "1", "ACCELERATE_USE_DEEPSPEED": "true",
+                       "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}.items():
+        monkeypatch.setenv(key, value)
+    machine = detect_machine()
+    assert (machine.cuda, machine.gpu_name, machine.bf16, machine.world_size, machine.local_rank,
+            machine.zero_stage) == (True, "Tesla T4", False, 2, 1, 3)
+    assert machine.gpu_memory_gib == pytest.approx(14.58, abs=0.01)
+
+
+def test_this_cpu_machine_is_a_cpu():
+    assert detect_machine().cuda is False
+
+
+# ---- 4. ZeRO-3: TRL's args (which register ZeRO-3 with transformers) before the model ----------------------------------
+@pytest.mark.parametrize("machine, model, order", [(ZERO3, "llama-3.1-70b", ["trl_args", "model"]),
+                                                   (DDP_RANK1, "llama-3.1-8b", ["model"])])
+def test_zero3_builds_trl_args_before_the_model_loads(monkeypatch, recorded, tmp_path, machine, model, order):
+    """Under `accelerate launch` with DeepSpeed, TrainingArguments registers HfDeepSpeedConfig
+    (transformers/training_args.py DeepSpeedPlugin().set_deepspeed_weakref(); accelerate/utils/dataclasses.py
+    set_deepspeed_weakref), which is what makes from_pretrained load shards under zero.Init."""
+    import trl
+
+    from grpokit import load_plan
+    from grpokit.run import GRPOTrainer
+
+    class RecordingGRPOConfig:
+        def __init__(self, **kwargs):
+            recorded.append(("trl_args", (), kwargs))
+
+    monkeypatch.setattr(load_plan, "detect_machine", lambda: machine)
+    monkeypatch.setattr(trl, "GRPOConfig", RecordingGRPOConfig)
+    config = _config(model_name=model, backend="transformers", load_in_4bit=False, output_dir=str(tmp_path))
+    run = GRPOTrainer(config)
+    run.load_model()
+    assert [name for name, _, _ in recorded] == order
+    if machine.zero_stage == 3:
+        assert run._trainer_args_first is not None  # kept alive: transformers holds the DeepSpeed config weakly
+        assert recorded[0][2]["bf16"] is True
+        assert "device_map" not in recorded[1][2]
+
+
+# ---- 5. vLLM: 4-bit weights never go to TRL's vLLM; --use-vllm on Unsloth is fast_inference ------------------------------
+def test_4bit_with_trls_vllm_is_refused_with_the_fix(monkeypatch, tmp_path, vllm_installed):
+    """TRL pushes each merged parameter's .data (for Linear4bit: packed NF4 bytes) into vLLM at every sync
+    (trl/generation/vllm_generation.py, the bitsandbytes scan and _iter_params; trl#4973)."""
+    from grpokit import load_plan
+    from grpokit.run import GRPOTrainer
+
+    monkeypatch.setattr(load_plan, "detect_machine", lambda: A100)
+    config = _config(backend="transformers", use_vllm=True, output_dir=str(tmp_path))
+    with pytest.raises(UsageError, match="use --backend unsloth .*--no-4bit"):
+        GRPOTrainer(config).check_run()
+    GRPOTrainer(_config(backend="transformers", use_vllm=True, load_in_4bit=False,
+                        output_dir=str(tmp_path))).check_run()  # 16-bit: fine
+    server = plan_load(_config(use_vllm=True, vllm_mode="server"), A100, "unsloth")
+    assert "--vllm-mode colocate" in server.refusal
+
+
+@pytest.mark.parametrize("backend, four_bit, engine", [
+    ("transformers", True, "transformers"),  # TRL's vLLM cannot take 4-bit weights
+    ("transformers", False, "vllm"),
+    ("unsloth", True, "vllm"),  # Unsloth's fast_inference shares them
+])
+def test_auto_on_a_gpu_picks_vllm_only_where_it_can_take_the_weights(backend, four_bit, engine):
+    plan = plan_load(_config(load_in_4bit=four_bit), A100, backend)
+    assert plan.engine == engine and not plan.refusal
+    if engine == "vllm":
+        assert plan.vllm_mode == "colocate" and plan.fast_inference == (backend == "unsloth")
+
+
+def test_use_vllm_on_unsloth_reaches_from_pretrained_as_fast_inference(monkeypatch, vllm_installed):
+    """The old early return left fast_inference unset: TRL then started its own vLLM for the 4-bit model."""
+    from grpokit.model_loader import load_model
+    from grpokit.trl_engine_adapter import resolve_engine
+
+    calls = []
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(path, **kwargs):
+            calls.append((path, kwargs))
+            return FakeModel(), FakeTokenizer()
+
+        @staticmethod
+        def get_peft_model(model, **kwargs):
+            return model
+
+    monkeypatch.setitem(sys.modules, "unsloth", types.SimpleNamespace(FastLanguageModel=FastLanguageModel))
+    config = _config(model_name="qwen2.5-7b", use_vllm=True)
+    choice = resolve_engine(config, "unsloth", cuda=True)
+    plan = plan_load(config, L4, "unsloth", choice)
+    load_model(config, "unsloth", choice[0], plan)
+    path, kwargs = calls[0]
+    assert path == "unsloth/Qwen2.5-7B-Instruct-bnb-4bit" and kwargs["load_in_4bit"] is True
+    assert kwargs["fast_inference"] is True and kwargs["gpu_memory_utilization"] == 0.6
+    assert (plan.engine, plan.vllm_mode, plan.fast_inference, plan.refusal) == ("vllm", "colocate", True, "")
+
+
+# ---- 6. generation logs in bounded batches sized from the memory plan; an OOM is a reported failure ----------------
+def test_gsm8k_pass_at_k_is_batched_to_fit_the_card():
+    """256 prompts x 8 samples x 768 tokens of Qwen2.5-7B KV cache (56 KiB/token) is ~84 GiB in one generate call."""
+    config = build_config(preset="gsm8k_qwen2.5-7b")
+    config.fast_inference = True
+    plan = plan_load(config, L4, "unsloth")
+    assert not plan.refusal
+    memory = plan.memory.as_dict()
+    assert 1 <= plan.eval_batch < 256 * 8
+    assert plan.memory.training_gib + memory["eval_kv_cache"]["gib"] <= L4.gpu_memory_gib
+    assert "56 KiB/token" in memory["eval_kv_cache"]["formula"]
+    assert "0.6 x 22.0 GiB" in memory["rollout"]["formula"]
+    big = plan_load(config, A100, "unsloth")
+    assert plan.eval_batch < big.eval_batch <= 256 * 8
+
+
+def test_a_plan_that_cannot_fit_is_refused_before_loading():
+    config = _config(model_name="llama-3.1-70b", load_in_4bit=False)
+    plan = plan_load(config, T4, "transformers")
+    assert plan.refusal.startswith("this plan needs ~") and "Tesla T4 has 15 GiB" in plan.refusal
+    assert "\n" not in plan.refusal
+    assert not plan_load(config, CPU, "transformers").refusal  # CPU runs are never refused by the plan
+
+
+@pytest.mark.parametrize("prompts, n, bound, calls", [
+    (3, 4, 0, [([0, 1, 2], 4)]),  # no bound: one call (today's CPU behaviour)
+    (3, 4, 100, [([0, 1, 2], 4)]),
+    (5, 4, 8, [([0, 1], 4), ([2, 3], 4), ([4], 4)]),  # two prompts x 4 per call
+    (2, 8, 3, [([0], 3), ([0], 3), ([0], 2), ([1], 3), ([1], 3), ([1], 2)]),  # k above the bound: split
+    (4, 1, 3, [([0, 1, 2], 1), ([3], 1)]),  # greedy rows
+])
+def test_generation_batches(prompts, n, bound, calls):
+    from grpokit.callbacks import generation_batches
+
+    assert generation_batches(prompts, n, bound) == calls
+
+
+class CountingModel:
+    """A causal LM stand-in at transformers' boundary: generate() appends tokens naming the prompt's first token and
+    the sample index, and records how many sequences each call carried; sampling calls can be made to fail."""
+
+    device = "cpu"
+    training = False
+
+    def __init__(self, fail_sampling: Exception | None = None):
+        self.sizes: list[int] = []
+        self.fail_sampling = fail_sampling
+
+    def eval(self):
+        pass
+
+    def train(self):
+        pass
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, do_sample, num_return_sequences=1, **kwargs):
+        import torch
+
+        if do_sample and self.fail_sampling is not None:
+            raise self.fail_sampling
+        rows = input_ids.repeat_interleave(num_return_sequences, 0)
+        self.sizes.append(rows.size(0))
+        new = torch.full((rows.size(0), max_new_tokens), 2)  # token 2: SmolLM2's <|im_end|>
+        return torch.cat([rows, new], dim=1)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from grpokit.model_loader import embedded_model_dir
+
+    return AutoTokenizer.from_pretrained(embedded_model_dir())
+
+
+ROWS = [{"id": f"r{i}", "prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "answer": str(i + 1)}
+        for i in range(5)]
+
+
+def _logger(tmp_path, tokenizer, **kwargs):
+    from grpokit.callbacks import GenerationLogger
+    from rewards import load_reward_config, parse_reward_config
+
+    data, source = load_reward_config("arithmetic")
+    return GenerationLogger(ROWS, tokenizer, parse_reward_config(data, source), tmp_path / "logs",
+                            max_new_tokens=4, **kwargs)
+
+
+def test_generation_logs_generate_in_bounded_batches(tmp_path, tokenizer):
+    model = CountingModel()
+    summary = _logger(tmp_path, tokenizer, pass_k=4, max_batch=8).log_generations(model, global_step=0)
+    assert max(model.sizes) <= 8 and sum(model.sizes) == 5 + 5 * 4  # greedy rows, then rows x k samples
+    assert summary["pass@4"] == 0.0  # every sample scored (all empty: no answer)
+    unbounded = CountingModel()
+    _logger(tmp_path, tokenizer, pass_k=4).log_generations(unbounded, global_step=1)
+    assert unbounded.sizes == [5, 20]  # CPU (no plan bound): one call each, as before
+
+
+def test_out_of_memory_in_pass_at_k_is_a_reported_failure_not_a_gap(tmp_path, tokenizer, caplog):
+    import torch
+    from transformers import TrainerState
+
+    from grpokit.run import GRPOTrainer
+
+    logger = _logger(tmp_path, tokenizer, pass_k=4, max_batch=8)
+    model = CountingModel(fail_sampling=torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    grpo_log = logging.getLogger("grpo")
+    grpo_log.addHandler(caplog.handler)
+    try:
+        metrics: dict = {}
+        logger.on_evaluate(None, TrainerState(global_step=10), None, model=model, metrics=metrics)
+    finally:
+        grpo_log.removeHandler(caplog.handler)
+    assert (tmp_path / "logs" / "generation_log_step_10.json").exists()  # the greedy log stands
+    assert logger.failures == [{"global_step": 10, "what": "pass@4", "max_batch": 8,
+                                "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}]
+    assert metrics["eval_generation_eval_failed"] == 1.0 and metrics["eval_pass@4"] != metrics["eval_pass@4"]  # NaN
+    assert any("Generation logging failed at step 10 (pass@4; OutOfMemoryError" in r.getMessage()
+               and "lower --max-generation-samples" in r.getMessage() for r in caplog.records)
+    run = GRPOTrainer(_config(output_dir=str(tmp_path)))
+    run.generation_logger = logger
+    trainer = types.SimpleNamespace(state=types.SimpleNamespace(log_history=[], global_step=10,
+                                                                best_model_checkpoint=None, best_metric=None))
+    summary = run._summary(trainer, types.SimpleNamespace(training_loss=0.0), {}, 1.0)
+    assert summary["generation_eval_failed"] == logger.failures
+    assert not any(key.startswith("pass@") for key in summary["generation_eval"])
+
+
+# ---- 7. vllm_mode defaults to TRL's colocate ---------------------------------------------------------------------------
+def test_vllm_mode_default_is_trls_colocate():
+    import dataclasses
+
+    import trl
+
+    from config.schema import GRPORunConfig
+
+    trl_default = {f.name: f.default for f in dataclasses.fields(trl.GRPOConfig)}["vllm_mode"]
+    assert GRPORunConfig().vllm_mode == trl_default == "colocate"
+
+
+# ---- 8. compute_aux_loss by keyword: Unsloth's compiled trainer has compute_efficient in that slot ----------------------
+def _signature_from_source(path: Path, name: str, inner: str | None = None) -> inspect.Signature:
+    """The signature of `name` as written in an installed file (the function body replaced by `pass`)."""
+    tree = ast.parse(path.read_text())
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+    if inner is not None:
+        found = [n for outer in ast.walk(tree) if isinstance(outer, ast.FunctionDef) and outer.name == inner
+                 for n in ast.walk(outer) if isinstance(n, ast.FunctionDef) and n.name == name]
+    node = found[0]
+    node.body, node.decorator_list = [ast.Pass()], []
+    namespace: dict = {}
+    exec(compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), str(path), "exec"), namespace)
+    return inspect.signature(namespace[name])
+
+
+@pytest.mark.parametrize("source", ["trl", "unsloth"])
+def test_log_prob_override_passes_compute_aux_loss_by_keyword(monkeypatch, source):
+    import torch
+
+    from grpokit.trl_trainer import TRLGRPOTrainer
+
+    if source == "trl":
+        signature = _signature_from_source(SITE / "trl" / "trainer" / "grpo_trainer.py",
+                                           "_get_per_token_logps_and_entropies")
+    else:  # the method Unsloth compiles into its trainer (unsloth_compiled_cache/UnslothGRPOTrainer.py)
+        signature = _signature_from_source(SITE / "unsloth" / "models" / "rl_replacements.py",
+                                           "_get_per_token_logps_and_entropies",
+                                           inner="grpo_trainer__get_per_token_logps_and_entropies")
+    bound = {}
+
+    def parent(*args, **kwargs):
+        bound.update(signature.bind(*args, **kwargs).arguments)
+        return None, None, None
+
+    parent_class = TRLGRPOTrainer.__mro__[1]
+    monkeypatch.setattr(parent_class, "_get_per_token_logps_and_entropies", parent)
+    trainer = TRLGRPOTrainer.__new__(TRLGRPOTrainer)
+    trainer.share_prompts = True
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    trainer._get_per_token_logps_and_entropies(None, ids, ids, 1, 4, compute_entropy=True, compute_aux_loss=True)
+    assert bound["batch_size"] == 4 and bound["compute_entropy"] is True
+    if source == "trl":
+        assert bound["compute_aux_loss"] is True
+    else:
+        assert bound.get("compute_efficient", False) is False  # the slot a positional 7th argument would fill
+        assert bound["kwargs"]["compute_aux_loss"] is True
+
+
+# ---- 9. what a GPU run downloads and writes, documented ---------------------------------------------------------------
+def test_unsloth_compiled_cache_is_ignored_and_the_gpu_section_says_what_a_run_fetches():
+    assert "unsloth_compiled_cache/" in (ROOT / ".gitignore").read_text().splitlines()
+    readme = (ROOT / "README.md").read_text()
+    gpu = readme[readme.index("## GPU"):readme.index("## Scaling out")]
+    for preset in MODEL_PRESETS.values():
+        if preset.hub_id_16bit:
+            assert preset.hub_id_16bit in gpu  # what --save-merged / --no-4bit download
+    for needle in ("unsloth_compiled_cache/", "raw.githubusercontent.com", "--no-deps", "torch==",
+                   "measured", "published", "estimated"):
+        assert needle in gpu, needle
+
+
+# ---- --dry-run shows the plan ------------------------------------------------------------------------------------------
+def test_dry_run_shows_the_load_plan_for_this_cpu(cli):
+    code, out, err = cli("--quick-test", "--dry-run")
+    assert code == 0, err
+    plan = json.loads(out)["load_plan"]
+    assert plan["device"] == "cpu" and plan["machine"]["device"] == "cpu" and plan["refusal"] is None
+    assert plan["checkpoint"].startswith("embedded HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def test_dry_run_on_a_t4_shows_fp16_the_16bit_checkpoint_and_the_memory_formulas(cli, monkeypatch):
+    from grpokit import load_plan
+
+    monkeypatch.setattr(load_plan, "detect_machine", lambda: T4)
+    code, out, err = cli("--quick-test", "--model", "qwen2.5-7b", "--no-4bit", "--backend", "transformers",
+                         "--dataset", "gsm8k", "--dataset-path", str(GSM8K_FILE), "--max-samples", "8", "--dry-run",
+                         "--set", "max_completion_length=64", "--set", "eval_pass_k=4")
+    # 16-bit 7B on a 14.6 GiB T4: refused before loading, with the fix, in one line
+    assert code == 2 and "this plan needs ~" in err and "Tesla T4" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("--quick-test", "--model", "qwen2.5-7b", "--backend", "transformers",
+                         "--dataset", "gsm8k", "--dataset-path", str(GSM8K_FILE), "--max-samples", "8", "--dry-run",
+                         "--set", "max_completion_length=64", "--set", "eval_pass_k=4")
+    assert code == 0, err
+    plan = json.loads(out)["load_plan"]
+    assert (plan["device"], plan["dtype"], plan["mixed_precision"]) == ("cuda:0", "float16", "fp16")
+    assert plan["checkpoint"] == "unsloth/Qwen2.5-7B-Instruct-bnb-4bit" and plan["device_map"] == {"": 0}
+    assert plan["rollout"]["engine"] == "transformers"  # auto: 4-bit on the transformers backend, no TRL vLLM
+    assert "NF4" in plan["memory"]["weights"]["formula"] and plan["memory"]["source"].startswith("estimated")
