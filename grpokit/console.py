@@ -597,18 +597,7 @@ def _options_table_class(base):
 
             required, cells = (renderables[0], renderables[1:]) if len(renderables) == 7 else (None, renderables)
             long_names, short_names, negative_long, negative_short, types, help_text = cells
-            names = Text()
-            for part in (long_names, negative_long):
-                if isinstance(part, Text) and part.plain:
-                    if names.plain:
-                        names.append("\n")
-                    names.append_text(part)
-            shorts = Text()
-            for part in (short_names, negative_short):
-                if isinstance(part, Text) and part.plain:
-                    if shorts.plain:
-                        shorts.append("\n")
-                    shorts.append_text(part)
+            names, shorts = _stacked(long_names, negative_long), _stacked(short_names, negative_short)
             if not getattr(self, "_rebuilt", False):
                 self._rebuilt = True
                 if len(renderables) == 7:
@@ -646,6 +635,19 @@ def _options_table_class(base):
             return widths
 
     return OptionsTable
+
+
+def _stacked(*parts):
+    """The non-empty Text parts one under the other (an option and its negative form: --x / --no-x)."""
+    from rich.text import Text
+
+    out = Text()
+    for part in parts:
+        if isinstance(part, Text) and part.plain:
+            if out.plain:
+                out.append("\n")
+            out.append_text(part)
+    return out
 
 
 def _plain_lines(column) -> list:

@@ -5,7 +5,8 @@ before and after a resume."""
 import json
 
 import pytest
-from test_mixed_loss import _length_reward, _lora_model, make_tiny_model
+from conftest import make_tiny_model
+from test_mixed_loss import _length_reward, _lora_model
 
 from config.errors import UsageError
 from grpokit.group_schedule import GroupSchedule, ScheduledGroupSampler, valid_group_sizes

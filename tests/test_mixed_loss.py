@@ -6,6 +6,7 @@ prompt's tokens masked, cross-entropy averaged over the reply tokens of every pr
 """
 
 import pytest
+from conftest import make_tiny_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 QUESTIONS = [("What is the capital of France?", "Paris."), ("Name a colour.", "Blue, like the sky."),
@@ -15,24 +16,6 @@ QUESTIONS = [("What is the capital of France?", "Paris."), ("Name a colour.", "B
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
-
-
-def make_tiny_model(path):
-    """A 2-layer random Llama with the embedded model's tokenizer, saved in `path`."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from grpokit.model_loader import embedded_model_dir, import_backend
-
-    import_backend("transformers")  # TRL's fused LM head needs its CPU implementation on this machine
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def _lora_model(path):
