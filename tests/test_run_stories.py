@@ -129,3 +129,28 @@ def test_a_signal_while_loading_ends_with_one_line_and_its_exit_code(tmp_path):
     assert process.returncode == 143, stderr[-2000:]
     assert stderr.strip().splitlines()[-1] == "stopped: SIGTERM before training started; nothing was trained."
     assert not list(out.glob("checkpoint-*")) and not (out / "metrics_summary.json").exists()
+
+
+@pytest.mark.parametrize("phase, raises", [("training", False), ("evaluating", True), ("saving", False)])
+def test_a_signal_is_handled_by_the_phase_it_lands_in(phase, raises):
+    """Real signals to this process: training finishes the step (then checkpoints), the final evaluation is abandoned
+    at once, the final save completes first; each remembers the signal for its one line and exit code."""
+    import os
+
+    from grpokit.run_end import GracefulStop, Stopped
+
+    stop = GracefulStop()
+    try:
+        stop.phase = phase
+        if raises:
+            with pytest.raises(Stopped) as stopped:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)  # the handler runs between bytecodes: well before this returns
+            assert stopped.value.exit_code == 143
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+        assert stop.signal_name == "SIGTERM" and stop.exit_code == 143
+    finally:
+        stop.restore()
+    assert signal.getsignal(signal.SIGTERM) != stop._handle  # the handlers in place before are back
