@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from config.errors import UsageError
+from grpokit.run_dir import MANIFEST, TRAINER_STATE
 
 log = logging.getLogger("grpo")
 
-MANIFEST = "run_manifest.json"
 # Fields that may change between a run and its resumption without changing what is trained.
 RESUMABLE_FIELDS = {"output_dir", "run_name", "wandb_project", "description", "enable_generation_logging",
                     "generation_log_dir", "max_generation_samples", "save_steps", "save_total_limit", "save_merged",
@@ -53,7 +53,7 @@ LOCK_FILE = ".grpo.lock"
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 # What a checkpoint written before the markers must hold to be trusted (LoRA runs; the optimizer files are absent
 # with save_only_model, which then cannot resume the optimizer anyway).
-LEGACY_FILES = ("trainer_state.json", "adapter_config.json", "adapter_model.safetensors", "optimizer.pt", "scheduler.pt")
+LEGACY_FILES = (TRAINER_STATE, "adapter_config.json", "adapter_model.safetensors", "optimizer.pt", "scheduler.pt")
 
 
 class TrainerCallbackBase:
@@ -186,7 +186,7 @@ def legacy_problem(path: Path) -> str | None:
     if missing:
         return f"no {COMPLETE} marker and {', '.join(missing)} missing"
     try:
-        json.loads((path / "trainer_state.json").read_text())["global_step"]
+        json.loads((path / TRAINER_STATE).read_text())["global_step"]
         with open(path / "adapter_model.safetensors", "rb") as handle:
             header_len = int.from_bytes(handle.read(8), "little")
             json.loads(handle.read(header_len))
@@ -480,7 +480,7 @@ def resolve_resume(value: str, output_dir: Path, eval_only: bool = False) -> str
         raise UsageError(f"Checkpoint {path} does not exist: check the path, or use 'latest'.")
     if eval_only:
         return str(path)  # an adapter is enough; run() checks it against the model before anything is written
-    if not (path / "trainer_state.json").exists():
+    if not (path / TRAINER_STATE).exists():
         raise UsageError(f"{path} is not a trainer checkpoint (no trainer_state.json): give a checkpoint-N directory.")
     check_checkpoint(path)
     return str(path)
