@@ -54,6 +54,19 @@ class GenerationLogger(TrainerCallback):
         summary.update(global_step=entries[0]["global_step"] if entries else 0, file=str(files[0]))
         return summary
 
+    def prompt_changes(self) -> dict[str, int]:
+        """Per prompt, the last generation log's greedy reward against the baseline's (the run's first log):
+        {"improved": n, "worse": n, "same": n}; empty without two logs to compare."""
+        from grpokit.report import compare_samples
+        from grpokit.run_dir import read_json
+
+        baseline = self.baseline()
+        if not self.history or baseline is None or baseline.get("file") == self.history[-1].get("file"):
+            return {}
+        rows = compare_samples(read_json(Path(baseline["file"])), read_json(Path(self.history[-1]["file"])))
+        return {"improved": sum(r["change"] > 1e-9 for r in rows), "worse": sum(r["change"] < -1e-9 for r in rows),
+                "same": sum(abs(r["change"]) <= 1e-9 for r in rows)}
+
     # -- TrainerCallback hooks ------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if not (self.log_dir / f"generation_log_step_{state.global_step}.json").exists():

@@ -592,6 +592,7 @@ class GRPOTrainer:
                 "final_step": logger.history[-1]["global_step"],
                 "final": logger.history[-1]["reward_mean"],
                 **{key: logger.history[-1][key] for key in logger.history[-1] if key.startswith("pass@")},
+                **logger.prompt_changes(),  # per prompt: improved / worse / same
             }
             summary["generation_logging_seconds"] = round(logger.seconds, 2)
             summary["generation_log_dir"] = str(logger.log_dir)

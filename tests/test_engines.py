@@ -70,6 +70,17 @@ def test_auto_falls_back_for_an_unsupported_architecture(monkeypatch):
     assert name == "transformers" and "Phi3ForCausalLM" in reason
 
 
+def test_the_fallback_for_an_unbuilt_engine_fits_the_run_header(monkeypatch):
+    """Without llama-cpp-python 'auto' says so and names the fix, on one line of the run header at 80 columns
+    (`engine` is the header's 7-character key column)."""
+    from grpokit import engines
+
+    monkeypatch.setattr(engines, "llama_cpp_available", lambda: False)
+    name, reason = choose_engine("auto", cuda=False, backend="unsloth", architecture="LlamaForCausalLM")
+    line = f"{'engine':<7}  {name} ({reason})"
+    assert name == "transformers" and "make llama-cpp" in reason and len(line) <= 80, line
+
+
 def test_vllm_kwargs():
     unsloth = vllm_kwargs("unsloth")
     assert unsloth["grpo_config"]["use_vllm"] is True
