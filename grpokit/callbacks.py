@@ -101,8 +101,10 @@ class GenerationLogger(TrainerCallback):
             self.history.append(summary)
             self.eval_step += 1
             _log_to_wandb(entries, summary, global_step)
-            log.info("Generation log step %d: mean reward %.3f over %d prompts -> %s", global_step,
-                     summary["reward_mean"], len(entries), path)
+            # the file's path goes to the log file only: on the console the line stays within 80 columns
+            log.info("Generation log step %d: mean reward %.3f over %d prompts", global_step, summary["reward_mean"],
+                     len(entries))
+            log.info("Generation log step %d written to %s", global_step, path, extra={"file_only": True})
             return summary
         except Exception as err:  # noqa: BLE001 - logging must not kill a long run
             from grpokit.run_end import stops_the_run

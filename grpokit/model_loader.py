@@ -133,6 +133,22 @@ def _import_unsloth() -> None:
             log.debug("unsloth: %s", line.strip())
 
 
+@contextlib.contextmanager
+def _stdout_to_log(source: str):
+    """What a library prints to stdout in the block (Unsloth's CPU loader: dtype, threads, bf16-stored weights, one
+    100-column line each) goes to grpo_training.log, not the console; warnings and errors (stderr) are left alone."""
+    import io
+
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    finally:
+        for line in printed.getvalue().splitlines():
+            if line.strip():
+                log.info("%s: %s", source, line.strip(), extra={"file_only": True})
+
+
 def _patch_trl_for_cpu() -> None:
     """TRL 1.15 computes GRPO log-probs with a Triton-only fused LM-head kernel, which fails on a CPU-only machine.
     unsloth_zoo ships a torch implementation and a device dispatch for exactly this; use it when no GPU is present."""
@@ -279,7 +295,7 @@ def load_model(config, backend: str, engine: str = "transformers"):
             nf4 = nf4_in_16bit(config, engine, cuda, backend)
             if nf4:
                 kwargs["load_in_4bit"] = False  # 16-bit weights, rounded through NF4 below
-            with frozen_weights_in_bf16(config, engine, cuda):
+            with frozen_weights_in_bf16(config, engine, cuda), _stdout_to_log("unsloth"):
                 model, tokenizer = FastLanguageModel.from_pretrained(path, **kwargs)
             if nf4:
                 rounded = round_through_nf4(model)
