@@ -207,13 +207,25 @@ NF4_BLOCKSIZE = 64
 NF4_ROUNDED = "_grpo_nf4_rounded"  # set on a model whose projections hold NF4-rounded 16-bit weights: the settings
 
 
-def nf4_in_16bit(config, engine: str, cuda: bool, backend: str) -> bool:
-    """4-bit on a CPU with the llama_cpp engine (Unsloth backend): the model loads in 16 bits and each projection
-    bitsandbytes would quantise is rounded through NF4 once (round_through_nf4), so the trainer computes with the
-    same values as bitsandbytes' 4-bit path (up to f16 rounding) without dequantising at every matmul, and with the
-    f16 tensors the engine samples from (shared, one copy: engine_llama_cpp.share_weights). On a GPU 4-bit stays
-    bitsandbytes' NF4 kernels; with the transformers engine on a CPU, bitsandbytes' 4-bit Linear too."""
-    return config.load_in_4bit and not cuda and engine == "llama_cpp" and backend == "unsloth"
+def nf4_in_16bit(config, cuda: bool, backend: str, path: str = "") -> bool:
+    """4-bit on a CPU (Unsloth backend): the model loads in 16 bits and each projection bitsandbytes would quantise is
+    rounded through NF4 once (round_through_nf4), so the trainer computes with the same values as bitsandbytes' 4-bit
+    path (up to f16 rounding) without dequantising at every matmul. With the llama_cpp engine those are f16 tensors
+    shared with the engine's GGUF (one copy: engine_llama_cpp.share_weights); with the transformers engine they are
+    float32 like the rest of Unsloth's CPU model (as much memory as the plain fp32 TRL script, none of bitsandbytes'
+    per-matmul dequantisation in every decode step). On a GPU 4-bit stays bitsandbytes' NF4 kernels, and so does a
+    pre-quantized checkpoint (`…-bnb-4bit`: its 16-bit weights are not in it)."""
+    return config.load_in_4bit and not cuda and backend == "unsloth" and not _prequantized(path)
+
+
+def _prequantized(path: str) -> bool:
+    import json
+    import re
+
+    config = Path(path) / "config.json"
+    if config.is_file() and "quantization_config" in json.loads(config.read_text()):
+        return True
+    return re.search(r"-(bnb|unsloth-bnb)-4bit$", str(path).rstrip("/"), re.IGNORECASE) is not None
 
 
 def round_through_nf4(model) -> int:
@@ -292,7 +304,7 @@ def load_model(config, backend: str, engine: str = "transformers"):
             from unsloth import FastLanguageModel
 
             kwargs = unsloth_kwargs(config, cuda)
-            nf4 = nf4_in_16bit(config, engine, cuda, backend)
+            nf4 = nf4_in_16bit(config, cuda, backend, path)
             if nf4:
                 kwargs["load_in_4bit"] = False  # 16-bit weights, rounded through NF4 below
             with frozen_weights_in_bf16(config, engine, cuda), _stdout_to_log("unsloth"):

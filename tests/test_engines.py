@@ -768,7 +768,11 @@ def measure(model):
              .lora_B["default"].weight.grad.clone() for i in (0, 15, 29) for n in NAMES]
     return logits, grads
 
+import grpokit.model_loader as loader
+nf4_in_16bit = loader.nf4_in_16bit
+loader.nf4_in_16bit = lambda *args: False  # the reference: bitsandbytes' own 4-bit path
 bnb, _ = load_model(config, "unsloth", "transformers")
+loader.nf4_in_16bit = nf4_in_16bit
 out = {"bnb_class": type(bnb.get_base_model().model.layers[0].mlp.down_proj.base_layer).__name__}
 bnb_logits, bnb_grads = measure(bnb)
 del bnb
