@@ -25,9 +25,10 @@ bytecode: $(STAMP)
 # - GGML_OPENMP=OFF: llama.cpp then uses its own thread pool, whose threads sleep between calls; OpenMP's worker
 #   threads spin-wait after each parallel region and would fight torch's own threads for the cores during the
 #   trainer's forward/backward;
-# - only the library the Python binding loads: no tests, examples, server, tools, curl or llava; no "common" library
-#   (llama-cpp.cmake: llama-cpp-python forces it on, nothing here links it); no Q4_0 weight repacking (the engine
-#   runs f16 GGUFs); one CPU backend linked in (GGML_BACKEND_DL=OFF).
+# - only the library the Python binding loads: no tests, examples, server, tools, curl or llava, and no "common"
+#   library (llama-cpp.cmake: llama-cpp-python forces it on, nothing here links it): 74 compile units instead of 127
+#   (BENCHMARKS.md). Checked and left: GGML_BACKEND_DL is already off (one CPU backend linked in), and
+#   GGML_CPU_REPACK=OFF only drops a define (repack.cpp is compiled either way).
 # llama.cpp's model converter (convert_hf_to_gguf.py + conversion/ + gguf-py/) ships only in the sdist: it is
 # unpacked into $(VENV)/share/llama-cpp-convert, where grpokit/gguf_export.py looks for it.
 LLAMA_STAMP := $(VENV)/.llama-cpp
@@ -37,7 +38,7 @@ LLAMA_WHEELS := $(VENV)/.llama-wheels
 LLAMA_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF \
-	-DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF -DGGML_CPU_REPACK=OFF -DGGML_BACKEND_DL=OFF \
+	-DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF \
 	-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/llama-cpp.cmake
 LLAMA_BUILD_ENV := CMAKE_BUILD_PARALLEL_LEVEL=$(shell nproc 2>/dev/null || echo 2) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)"
 
