@@ -10,6 +10,7 @@ forward (compute_loss), backward (accelerator.backward), optimizer (the optimize
 step_time (Python and bookkeeping between them). Extra arguments go to train_grpo.py.
 """
 
+import json
 import os
 import statistics
 import sys
@@ -87,6 +88,7 @@ def main() -> None:
     print(f"median over {len(steps)} steps (after the first): step {rows['step_time']:.2f} s")
     for phase in ("rollout", "scoring", "loss forward", "backward", "optimizer", "rest (Python, bookkeeping)"):
         print(f"  {phase:<28} {rows[phase]:6.2f} s  {100 * rows[phase] / rows['step_time']:5.1f} %")
+    print(json.dumps(rows))
 
 
 if __name__ == "__main__":
