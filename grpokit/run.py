@@ -739,7 +739,7 @@ def verify_adapter(path: Path) -> None:
     if not lora_b or not any(bool(t.abs().sum() > 0) for t in lora_b):
         log.warning("Saved adapter in %s has all-zero LoRA B weights: nothing was learned (check rewards).", path)
     else:
-        log.info("Adapter check: %d LoRA tensors reloaded, LoRA B non-zero (trained)", len(weights))
+        log.info("Adapter check: %d LoRA tensors reloaded, LoRA B non-zero", len(weights))
 
 
 def save_merged(model, tokenizer, path: Path) -> None:
