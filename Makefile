@@ -14,43 +14,71 @@ install: $(STAMP) bytecode
 bytecode: $(STAMP)
 	$(PY) -m compileall -q config rewards grpokit *.py > /dev/null
 
-$(STAMP): requirements.txt requirements-nodeps.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
-	touch $(STAMP)
-
-# The llama_cpp generation engine: llama-cpp-python compiled from source (~3.5 min on 2 quiet cores, ~15 min on busy
-# ones), so `install` / `quick-test` leave it out and generate with transformers; `generation_engine: auto` picks
-# llama_cpp once this has run. `make test` builds it: CI tests that engine.
+# The llama_cpp generation engine is part of the default install: llama-cpp-python compiled from source (no wheel on
+# PyPI for it), built in the background while the rest installs (the compile is CPU-bound, the other installs are
+# mostly downloads and unpacking), then installed from the built wheel. pip caches that wheel, so a second venv
+# installs it in seconds (BENCHMARKS.md "The default install has the fast engine"). Where it cannot be built (no
+# C++ compiler, a failed compile) the install still completes, says so in one line, and runs generate with
+# transformers ('auto' falls back, with its reason in the run header); `make llama-cpp` retries and fails loudly.
 # - portable: AVX2/FMA/F16C baseline instead of -march=native, so the wheel pip caches runs on every x86-64 machine
 #   seen here (GGML_NATIVE=OFF);
 # - GGML_OPENMP=OFF: llama.cpp then uses its own thread pool, whose threads sleep between calls; OpenMP's worker
-#   threads spin-wait after each parallel region and would fight torch's own threads for the 2 cores during the
+#   threads spin-wait after each parallel region and would fight torch's own threads for the cores during the
 #   trainer's forward/backward;
-# - no tests, examples, server, tools or curl: only the library the Python binding loads.
+# - only the library the Python binding loads: no tests, examples, server, tools, curl or llava, and no "common"
+#   library (llama-cpp.cmake: llama-cpp-python forces it on, nothing here links it): 74 compile units instead of 127
+#   (BENCHMARKS.md). Checked and left: GGML_BACKEND_DL is already off (one CPU backend linked in), and
+#   GGML_CPU_REPACK=OFF only drops a define (repack.cpp is compiled either way).
 # llama.cpp's model converter (convert_hf_to_gguf.py + conversion/ + gguf-py/) ships only in the sdist: it is
 # unpacked into $(VENV)/share/llama-cpp-convert, where grpokit/gguf_export.py looks for it.
 LLAMA_STAMP := $(VENV)/.llama-cpp
 LLAMA_CONVERT := $(VENV)/share/llama-cpp-convert
+LLAMA_LOG := $(VENV)/llama-cpp-build.log
+LLAMA_WHEELS := $(VENV)/.llama-wheels
 LLAMA_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF \
-	-DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF
+	-DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF \
+	-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/llama-cpp.cmake
+LLAMA_BUILD_ENV := CMAKE_BUILD_PARALLEL_LEVEL=$(shell nproc 2>/dev/null || echo 2) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)"
 
+# The converter out of the sdist, then the engine's stamp (after llama-cpp-python is installed).
+define llama_converter
+rm -rf $(LLAMA_CONVERT) $(VENV)/.llama-sdist && mkdir -p $(LLAMA_CONVERT) && \
+$(PY) -m pip download --quiet --no-binary :all: --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(VENV)/.llama-sdist && \
+tar -xzf $(VENV)/.llama-sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $(LLAMA_CONVERT) --strip-components=3 \
+	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
+	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/conversion \
+	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/gguf-py && \
+rm -rf $(VENV)/.llama-sdist && touch $(LLAMA_STAMP)
+endef
+
+$(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc $(LLAMA_STAMP)
+	@echo "llama.cpp engine: building alongside the installs ($(LLAMA_LOG))"
+	@if command -v $${CXX:-c++} > /dev/null; then \
+		( $(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps -r requirements-llama.txt -w $(LLAMA_WHEELS) \
+			> $(LLAMA_LOG) 2>&1; echo $$? > $(LLAMA_WHEELS).rc ) & \
+	else echo "no C++ compiler" > $(LLAMA_WHEELS).rc; fi; \
+	$(PY) -m pip install --quiet -r requirements.txt && \
+	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; status=$$?; wait; exit $$status
+	@rc=$$(cat $(LLAMA_WHEELS).rc); \
+	if [ "$$rc" = 0 ] && { $(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) -r requirements-llama.txt && \
+		$(llama_converter); } >> $(LLAMA_LOG) 2>&1; then :; \
+	elif [ "$$rc" = "no C++ compiler" ]; then \
+		echo "llama.cpp engine not built: no C++ compiler; retry: make llama-cpp"; \
+	else echo "llama.cpp engine build failed ($(LLAMA_LOG)); retry: make llama-cpp"; fi
+	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc
+	touch $(STAMP)
+
+# The engine alone (a retry after a failed build): fails loudly. Reuses pip's cached wheel when there is one.
 llama-cpp: $(LLAMA_STAMP)
 
-$(LLAMA_STAMP): $(STAMP) requirements-llama.txt
-	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet -r requirements-llama.txt
-	rm -rf $(LLAMA_CONVERT) $(VENV)/.llama-sdist && mkdir -p $(LLAMA_CONVERT)
-	$(PY) -m pip download --quiet --no-binary :all: --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(VENV)/.llama-sdist
-	tar -xzf $(VENV)/.llama-sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $(LLAMA_CONVERT) --strip-components=3 \
-		llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
-		llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/conversion \
-		llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/gguf-py
-	rm -rf $(VENV)/.llama-sdist
-	touch $(LLAMA_STAMP)
+$(LLAMA_STAMP): requirements-llama.txt llama-cpp.cmake | $(STAMP)
+	$(LLAMA_BUILD_ENV) $(PY) -m pip install --quiet -r requirements-llama.txt
+	$(llama_converter)
 
 quick-test: install
 	$(PY) train_grpo.py --quick-test

@@ -5,6 +5,7 @@ machine drift cancels.
     .venv/bin/python bench/bench_speed.py --rounds 1 --steps 1            # the CI smoke check
     .venv/bin/python bench/bench_speed.py --engine llama_cpp              # our side on the llama_cpp engine
     .venv/bin/python bench/bench_speed.py --plain-fp32                    # the plain script in float32 (see below)
+    .venv/bin/python bench/bench_speed.py --plain-fp32 --also-16bit       # ours 4-bit, ours 16-bit, plain per round
 
 The plain script uses TRL's defaults, bf16 included. On a CPU without bf16 units (AVX2-only) torch emulates bf16 and
 our CLI (Unsloth) computes in float32 instead, so there the fair baseline is `--plain-fp32`; report both.
@@ -84,11 +85,16 @@ def main() -> None:
     parser.add_argument("--plain-fp32", action="store_true",
                         help="the plain script in float32 (our side's dtype on a CPU without bf16 units) instead of "
                              "TRL's bf16 default")
+    parser.add_argument("--also-16bit", action="store_true",
+                        help="a third side in each round: ours with --no-4bit (4-bit and 16-bit side by side)")
     a = parser.parse_args()
+    sides = [("ours", ours), ("plain", plain)]
+    if a.also_16bit:
+        sides.insert(1, ("ours16", lambda out, a: [*ours(out, a), "--no-4bit"]))
     results = {name: {"steps": [], "tokens": [], "rss": [], "wall": [], "phases": {p: [] for p in PHASES}}
-               for name in ("ours", "plain")}
+               for name, _ in sides}
     for _ in range(a.rounds):
-        for name, build in (("ours", ours), ("plain", plain)):
+        for name, build in sides:
             with tempfile.TemporaryDirectory() as out:
                 wall, rss = run(build(out, a))
                 times, tokens, phases = step_stats(out)
@@ -110,7 +116,8 @@ def main() -> None:
         for phase, values in r["phases"].items():
             if values:
                 print(f"       {phase}: median {statistics.median(values):.3f} (n={len(values)})")
-    print(f"ratio ours/plain (median step time): {rows['ours'] / rows['plain']:.2f}")
+    for name in (n for n in rows if n != "plain"):
+        print(f"ratio {name}/plain (median step time): {rows[name] / rows['plain']:.2f}")
     print(json.dumps({"ratio": rows["ours"] / rows["plain"], **{k: v for k, v in rows.items()}}))
 
 

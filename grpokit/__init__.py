@@ -25,7 +25,8 @@ tests/test_layout.py checks it):
     engines.py             the engine interface, SamplingParams, which engine runs and why
     gguf_export.py         HF checkpoint / PEFT adapter -> GGUF (base model, LoRA)
     shared_prompts.py      each distinct prompt through the model once per group (generation and log-probs)
-    model_loader.py        backend choice, Unsloth / transformers + PEFT loading, the embedded model, cache dir
+    model_loader.py        backend choice, Unsloth / transformers + PEFT loading (4-bit on CPU: NF4-rounded 16-bit), the
+                           embedded model, cache dir
     activation_memory.py   leaner saved activations on CPU (grouped-query eager attention, checkpointed MLP gate)
     run_end.py             how a run ends: exit codes, RunFailed / Interrupted / AlreadyFinished, signals, faults
     checkpoints.py         checkpoint files: atomic writes, manifest, resume checks, the output-dir lock

@@ -58,6 +58,19 @@ class GenerationLogger(TrainerCallback):
         summary.update(global_step=entries[0]["global_step"] if entries else 0, file=str(files[0]))
         return summary
 
+    def prompt_changes(self) -> dict[str, int]:
+        """Per prompt, the last generation log's greedy reward against the baseline's (the run's first log):
+        {"improved": n, "worse": n, "same": n}; empty without two logs to compare."""
+        from grpokit.report import compare_samples
+        from grpokit.run_dir import read_json
+
+        baseline = self.baseline()
+        if not self.history or baseline is None or baseline.get("file") == self.history[-1].get("file"):
+            return {}
+        rows = compare_samples(read_json(Path(baseline["file"])), read_json(Path(self.history[-1]["file"])))
+        return {"improved": sum(r["change"] > 1e-9 for r in rows), "worse": sum(r["change"] < -1e-9 for r in rows),
+                "same": sum(abs(r["change"]) <= 1e-9 for r in rows)}
+
     # -- TrainerCallback hooks ------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if not (self.log_dir / f"generation_log_step_{state.global_step}.json").exists():
@@ -97,8 +110,10 @@ class GenerationLogger(TrainerCallback):
             self.history.append(summary)
             self.eval_step += 1
             _log_to_wandb(entries, summary, global_step)
-            log.info("Generation log step %d: mean reward %.3f over %d prompts -> %s", global_step,
-                     summary["reward_mean"], len(entries), path)
+            # the file's path goes to the log file only: on the console the line stays within 80 columns
+            log.info("Generation log step %d: mean reward %.3f over %d prompts", global_step, summary["reward_mean"],
+                     len(entries))
+            log.info("Generation log step %d written to %s", global_step, path, extra={"file_only": True})
             return summary
         except Exception as err:  # noqa: BLE001 - logging must not kill a long run
             from grpokit.run_end import stops_the_run

@@ -472,11 +472,17 @@ def print_summary(summary: dict[str, Any], console=None) -> None:
         console.print(f"train reward (sampled): first step {first:.3f} -> last step {last:.3f}")
     greedy = summary.get("generation_eval")
     if greedy and greedy.get("baseline") is not None:
-        what = "held-out eval prompts" if greedy["held_out"] else "TRAINING prompts (no held-out split)"
+        # two lines of at most 80 columns: the mean before -> after, then the verdict with the per-prompt counts
+        what = "held-out prompts" if greedy["held_out"] else "TRAINING prompts"
         change = greedy["final"] - greedy["baseline"]
         verdict = "improved" if change > 1e-9 else "got worse" if change < -1e-9 else "unchanged"
-        console.print(f"greedy reward on {greedy['prompts']} {what}: before training (step {greedy['baseline_step']}) "
-                      f"{greedy['baseline']:.3f} -> now (step {greedy['final_step']}) {greedy['final']:.3f}: {verdict}")
+        console.print(f"greedy reward on {greedy['prompts']} {what}: {greedy['baseline']:.3f} at step "
+                      f"{greedy['baseline_step']} -> {greedy['final']:.3f} at step {greedy['final_step']}")
+        if "improved" in greedy:
+            compared = greedy["improved"] + greedy["worse"] + greedy["same"]
+            verdict += (f": improved on {greedy['improved']}, worse on {greedy['worse']}, same on {greedy['same']} "
+                        f"of {compared} prompts")
+        console.print(verdict if greedy["held_out"] else f"{verdict} (no held-out split: these were trained on)")
         for key in sorted(k for k in greedy if k.startswith("pass@")):
             console.print(f"{key} (sampled): {greedy[key]:.3f}")
     if summary.get("eval", {}).get("eval_reward") is not None:

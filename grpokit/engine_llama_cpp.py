@@ -138,6 +138,7 @@ class LlamaCppEngine:
         self._lora_dir = tempfile.mkdtemp(prefix="grpo-lora-")
         self.weights = "the weights in the GGUF"  # what it samples from (from_model_dir says which)
         self._shared: list = []  # trainer modules whose weight is a view of this engine's mapping
+        self._own_dtype: dict = {}  # their weight's dtype before sharing (unshare_weights gives it back)
         self._reordered: dict = {}  # those of them viewed in the GGUF's row order -> (HF order, their output hook)
         self._map_tensors()  # and _idle_pages: (address, length) of mapped weights only the engine reads
         self.pushes = 0
@@ -151,13 +152,15 @@ class LlamaCppEngine:
         """Export (once, cached) and load the model in `model_dir`; a UsageError names what is unsupported.
 
         `trainer_model` with a 4-bit base: export the dequantised NF4 weights the trainer computes with, so that the
-        engine samples from (nearly) the trainer's own distribution."""
+        engine samples from (nearly) the trainer's own distribution. A bitsandbytes 4-bit base keeps its own weights;
+        16-bit ones (the base, or NF4-rounded: model_loader.nf4_in_16bit) are shared with the trainer."""
         import json
 
         from grpokit.gguf_export import base_gguf, dequantized_gguf, quantized_weights, remove_stale_exports
-        from grpokit.model_loader import cache_dir
+        from grpokit.model_loader import cache_dir, nf4_rounding
 
-        dequantised = trainer_model is not None and bool(quantized_weights(trainer_model))
+        bnb_4bit = trainer_model is not None and bool(quantized_weights(trainer_model))
+        dequantised = bnb_4bit or (trainer_model is not None and nf4_rounding(trainer_model) is not None)
         path = dequantized_gguf(trainer_model, model_dir, cache_dir()) if dequantised else base_gguf(model_dir,
                                                                                                       cache_dir())
         remove_stale_exports(cache_dir(), path)
@@ -166,7 +169,7 @@ class LlamaCppEngine:
                      config.get("num_key_value_heads") or config["num_attention_heads"], threads, max_sequences,
                      max_context)
         engine.weights = "the dequantised 4-bit weights" if dequantised else "the base weights"
-        if trainer_model is not None and not dequantised:
+        if trainer_model is not None and not bnb_4bit:
             engine.share_weights(trainer_model)
         return engine
 
@@ -208,8 +211,9 @@ class LlamaCppEngine:
     def share_weights(self, model) -> int:
         """Make the trainer's frozen 16-bit projections views of the engine's f16 tensors; returns how many.
 
-        Only Unsloth's bf16-stored Linear qualifies (it upcasts its weight per matmul, whatever its 16-bit dtype);
-        each candidate must hold the same values (f16 keeps every bf16 value down to 2^-24). Where llama.cpp's
+        Only Unsloth's bf16-stored Linear qualifies (it upcasts its weight per matmul, whatever its 16-bit dtype: bf16
+        as loaded, or f16 where a 4-bit run rounded it through NF4); each candidate must hold the same values (f16
+        keeps every bf16 value down to 2^-24; NF4-rounded weights are exported from their f16 values). Where llama.cpp's
         converter reordered the rows (Llama's q/k: HF's rotary layout -> GGML's), the view is taken in GGUF order and
         a forward hook puts the projection's outputs back in HF order (an index_select on the activations). Unshared
         ones become the trainer's own copies so that the checkpoint's mapping can go."""
@@ -222,7 +226,7 @@ class LlamaCppEngine:
         from grpokit.gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE, SUPPORTED_ARCHITECTURES, permute_rows
 
         candidates = [(name, module) for name, module in model.named_modules()
-                      if isinstance(module, Bf16StoredLinear) and module.weight.dtype == torch.bfloat16
+                      if isinstance(module, Bf16StoredLinear) and module.weight.dtype in (torch.bfloat16, torch.float16)
                       and not module.weight.requires_grad]
         if not candidates or not self._tensors:
             return 0
@@ -249,6 +253,7 @@ class LlamaCppEngine:
             if view is not None:
                 shared_names.add(tensor)
                 self._shared.append(module)
+                self._own_dtype[module] = weight.dtype
                 if rows is not None:
                     order = torch.argsort(rows)  # HF output j = GGUF output order[j]
                     self._reordered[module] = (order, module.register_forward_hook(
@@ -265,7 +270,8 @@ class LlamaCppEngine:
         return len(self._shared)
 
     def unshare_weights(self) -> None:
-        """Give the trainer its own (bf16, as loaded, HF row order) copies of the weights it shares with the engine."""
+        """Give the trainer its own (dtype as before sharing, HF row order) copies of the weights it shares with the
+        engine."""
         import torch
 
         for module in self._shared:
@@ -274,7 +280,8 @@ class LlamaCppEngine:
                 order, hook = self._reordered.pop(module)
                 hook.remove()
                 weight = weight.index_select(0, order)
-            module.weight = torch.nn.Parameter(weight.to(torch.bfloat16), requires_grad=False)
+            own = weight.to(self._own_dtype.pop(module, torch.bfloat16), copy=True)
+            module.weight = torch.nn.Parameter(own, requires_grad=False)
         self._shared = []
         self._idle_pages = _whole_pages(self._tensors.values())
 

@@ -117,7 +117,7 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
             return "transformers", "auto: 4-bit weights, which TRL's vLLM cannot sync (trl#4973)"
         return "vllm", "auto: CUDA GPU and vllm installed"
     if not llama_cpp_available():
-        return "transformers", "auto: CPU, llama-cpp-python not installed (`make llama-cpp` builds it)"
+        return "transformers", "auto: CPU, llama.cpp engine not built (make llama-cpp)"
     if not supported_arch:
         return "transformers", f"auto: CPU, but llama_cpp does not support {architecture}"
     return "llama_cpp", f"auto: CPU, llama-cpp-python {_version('llama_cpp_python')}"

@@ -135,6 +135,22 @@ def _import_unsloth() -> None:
             log.debug("unsloth: %s", line.strip())
 
 
+@contextlib.contextmanager
+def _stdout_to_log(source: str):
+    """What a library prints to stdout in the block (Unsloth's CPU loader: dtype, threads, bf16-stored weights, one
+    100-column line each) goes to grpo_training.log, not the console; warnings and errors (stderr) are left alone."""
+    import io
+
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    finally:
+        for line in printed.getvalue().splitlines():
+            if line.strip():
+                log.info("%s: %s", source, line.strip(), extra={"file_only": True})
+
+
 def _patch_trl_for_cpu() -> None:
     """TRL 1.15 computes GRPO log-probs with a Triton-only fused LM-head kernel, which fails on a CPU-only machine.
     unsloth_zoo ships a torch implementation and a device dispatch for exactly this; use it when no GPU is present."""
@@ -187,6 +203,68 @@ def unsloth_kwargs(config, cuda: bool = False) -> dict:
     return kwargs
 
 
+# bitsandbytes' NF4 settings on every path that quantises (Unsloth's CPU / GPU loaders, _load_with_peft): blocks of
+# 64 weights, double-quantised absmax.
+NF4_BLOCKSIZE = 64
+NF4_ROUNDED = "_grpo_nf4_rounded"  # set on a model whose projections hold NF4-rounded 16-bit weights: the settings
+
+
+def nf4_in_16bit(config, cuda: bool, backend: str, path: str = "") -> bool:
+    """4-bit on a CPU (Unsloth backend): the model loads in 16 bits and each projection bitsandbytes would quantise is
+    rounded through NF4 once (round_through_nf4), so the trainer computes with the same values as bitsandbytes' 4-bit
+    path (up to f16 rounding) without dequantising at every matmul. With the llama_cpp engine those are f16 tensors
+    shared with the engine's GGUF (one copy: engine_llama_cpp.share_weights); with the transformers engine they are
+    float32 like the rest of Unsloth's CPU model (as much memory as the plain fp32 TRL script, none of bitsandbytes'
+    per-matmul dequantisation in every decode step). On a GPU 4-bit stays bitsandbytes' NF4 kernels, and so does a
+    pre-quantized checkpoint (`…-bnb-4bit`: its 16-bit weights are not in it)."""
+    return config.load_in_4bit and not cuda and backend == "unsloth" and not _prequantized(path)
+
+
+def _prequantized(path: str) -> bool:
+    import json
+    import re
+
+    config = Path(path) / "config.json"
+    if config.is_file() and "quantization_config" in json.loads(config.read_text()):
+        return True
+    return re.search(r"-(bnb|unsloth-bnb)-4bit$", str(path).rstrip("/"), re.IGNORECASE) is not None
+
+
+def round_through_nf4(model) -> int:
+    """Replace the weight of every Linear layer bitsandbytes would quantise (Unsloth's skip list: the LM head,
+    routers, vision towers stay 16-bit) by its NF4 round trip: quantize_4bit -> dequantize_4bit, with the settings
+    of the 4-bit path. The values are stored in float16 (f16 holds them to 2^-11 relative, bf16 only to 2^-8) where
+    the layer was 16-bit, else in the layer's own dtype. Returns how many layers were rounded."""
+    import torch
+    from bitsandbytes.functional import dequantize_4bit, quantize_4bit
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    try:
+        from unsloth_zoo.peft_utils import SKIP_QUANTIZATION_MODULES as skip
+    except ImportError:
+        skip = ["lm_head"]
+    head = model.get_output_embeddings()
+    rounded = 0
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if not isinstance(module, torch.nn.Linear) or module is head or not should_convert_module(name, skip):
+                continue
+            weight = module.weight
+            packed, state = quantize_4bit(weight.float(), blocksize=NF4_BLOCKSIZE, compress_statistics=True,
+                                          quant_type="nf4")
+            dtype = torch.float16 if weight.dtype in (torch.bfloat16, torch.float16) else weight.dtype
+            module.weight = torch.nn.Parameter(dequantize_4bit(packed, state).to(dtype), requires_grad=False)
+            rounded += 1
+    setattr(model, NF4_ROUNDED, f"nf4-b{NF4_BLOCKSIZE}-dq1")
+    return rounded
+
+
+def nf4_rounding(model) -> str | None:
+    """The NF4 settings a model's weights were rounded with (round_through_nf4), or None."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(base, NF4_ROUNDED, None)
+
+
 @contextlib.contextmanager
 def frozen_weights_in_bf16(config, engine: str, cuda: bool):
     """Unsloth, 16-bit LoRA on a CPU with the llama_cpp engine: let Unsloth keep the frozen projections in bfloat16.
@@ -197,9 +275,8 @@ def frozen_weights_in_bf16(config, engine: str, cuda: bool):
     results are bit-identical. On SmolLM2 16-bit that takes ~250 MB off the run's peak RSS (~450 MB less anonymous
     memory, ~200 MB more mmapped file pages) at the same step time, but every decode step of transformers'
     `generate` would pay the upcast again (+40 % generation time), so only with llama_cpp, which samples from its
-    own copy. A user's own setting wins."""
-    wanted = (not cuda and engine == "llama_cpp" and not config.load_in_4bit
-              and "UNSLOTH_CPU_FROZEN_BF16" not in os.environ)
+    own copy. 4-bit runs with llama_cpp load in 16 bits too (nf4_in_16bit). A user's own setting wins."""
+    wanted = not cuda and engine == "llama_cpp" and "UNSLOTH_CPU_FROZEN_BF16" not in os.environ
     if wanted:
         os.environ["UNSLOTH_CPU_FROZEN_BF16"] = "1"
     try:
@@ -229,8 +306,16 @@ def load_model(config, backend: str, engine: str = "transformers", plan=None):
         if backend == "unsloth":
             from unsloth import FastLanguageModel
 
-            with frozen_weights_in_bf16(config, engine, cuda):
-                model, tokenizer = FastLanguageModel.from_pretrained(path, **unsloth_kwargs(config, cuda))
+            kwargs = unsloth_kwargs(config, cuda)
+            nf4 = nf4_in_16bit(config, cuda, backend, path)
+            if nf4:
+                kwargs["load_in_4bit"] = False  # 16-bit weights, rounded through NF4 below
+            with frozen_weights_in_bf16(config, engine, cuda), _stdout_to_log("unsloth"):
+                model, tokenizer = FastLanguageModel.from_pretrained(path, **kwargs)
+            if nf4:
+                rounded = round_through_nf4(model)
+                log.info("4-bit on CPU: %d projections rounded through NF4, computed in 16 bits", rounded,
+                         extra={"file_only": True})
             model = FastLanguageModel.get_peft_model(
                 model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                 target_modules=list(config.lora_target_modules), use_gradient_checkpointing=gc,

@@ -240,7 +240,8 @@ class GRPOTrainer:
                 "--resume-from-checkpoint latest, or start over with --overwrite-output-dir (its files are moved to "
                 f"{PREVIOUS_RUNS}/), or choose another --output-dir.")
         moved = set_aside_previous_run(out, datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"))
-        notice = f"{out} held an earlier run: its files were moved to {moved} (this run starts clean)."
+        # short enough for one 80-column line; the output dir is in the header
+        notice = f"earlier run's files moved to {moved.relative_to(out) if moved else PREVIOUS_RUNS}/"
         self.notices.append(notice)
         log.info("%s", notice)
         return out
@@ -265,9 +266,10 @@ class GRPOTrainer:
         if plan.trainer_args_first:
             self._trainer_args_first = self._zero3_trainer_args()
         self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0], plan)
-        log.info("Backend: %s (torch %s, %s); model %s loaded in %.1f s", self.backend, torch.__version__,
-                 "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads",
-                 self.config.model_name, time.perf_counter() - started)
+        device = "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads"
+        log.info("Backend: %s (torch %s, %s); model %s loaded in %.1f s", self.backend, torch.__version__, device,
+                 self.config.model_name, time.perf_counter() - started, extra={"file_only": True})
+        log.info("Model loaded in %.1f s (%s, %s)", time.perf_counter() - started, self.backend, device)  # 80 columns
         return self.model, self.tokenizer
 
     def _zero3_trainer_args(self):
@@ -641,6 +643,7 @@ class GRPOTrainer:
                 "final_step": logger.history[-1]["global_step"],
                 "final": logger.history[-1]["reward_mean"],
                 **{key: logger.history[-1][key] for key in logger.history[-1] if key.startswith("pass@")},
+                **logger.prompt_changes(),  # per prompt: improved / worse / same
             }
             summary["generation_logging_seconds"] = round(logger.seconds, 2)
             summary["generation_log_dir"] = str(logger.log_dir)
@@ -804,7 +807,7 @@ def verify_adapter(path: Path) -> None:
     if not lora_b or not any(bool(t.abs().sum() > 0) for t in lora_b):
         log.warning("Saved adapter in %s has all-zero LoRA B weights: nothing was learned (check rewards).", path)
     else:
-        log.info("Adapter check: %d LoRA tensors reloaded from %s, trained weights non-zero.", len(weights), path)
+        log.info("Adapter check: %d LoRA tensors reloaded, LoRA B non-zero", len(weights))
 
 
 def save_merged(model, tokenizer, path: Path) -> None:

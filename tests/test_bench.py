@@ -32,6 +32,11 @@ def test_speed_benchmark_one_step():
     assert summary["ours"] > 0 and summary["plain"] > 0 and summary["ratio"] > 0
 
 
+def test_step_profile_two_steps():
+    rows = json.loads(_run("bench/profile_step.py", "--max-steps", "2").strip().splitlines()[-1])
+    assert rows["step_time"] > 0 and rows["loss forward"] > 0 and rows["backward"] > 0 and rows["rollout"] > 0
+
+
 def test_rewards_and_data_benchmarks_run():
     assert "balanced" in _run("bench/bench_rewards.py")
     assert "second run" in _run("bench/bench_data.py")

@@ -260,14 +260,17 @@ def test_print_header_and_summary(monkeypatch):
     console.print_summary({"global_step": 4, "backend": "unsloth", "train_seconds": 75.2, "total_seconds": 130,
                            "train_reward_first": 0.0, "train_reward_last": 0.375,
                            "generation_eval": {"prompts": 8, "held_out": True, "baseline_step": 0, "baseline": 0.625,
-                                               "final_step": 4, "final": 0.75},
+                                               "final_step": 4, "final": 0.75, "improved": 2, "worse": 1,
+                                               "same": 5},
                            "output_dir": "/tmp/run", "report": "/tmp/run/report.html"}, console=rich_console)
     text = buffer.getvalue()
     assert "model    smollm2-135m" in text and "accuracy x1 [bold]" in text and "plain line" in text
     flat = " ".join(text.split())  # the test console wraps at its width; a terminal's soft_wrap does not
     assert "train reward (sampled): first step 0.000 -> last step 0.375" in flat
-    assert ("greedy reward on 8 held-out eval prompts: before training (step 0) 0.625 -> now (step 4) 0.750: "
-            "improved") in flat
+    assert "greedy reward on 8 held-out prompts: 0.625 at step 0 -> 0.750 at step 4" in text
+    assert "improved: improved on 2, worse on 1, same on 5 of 8 prompts" in text
+    assert max(len(line) for line in text.splitlines() if "─" not in line) <= 80  # whole at 80 columns (the rule
+    # spans the terminal)
     assert "report: /tmp/run/report.html" in flat
 
 

@@ -6,6 +6,7 @@ One run serves many assertions (each CLI run costs ~40 s on 2 cores), so the run
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,8 @@ def test_run_exits_0_and_prints_a_summary(multi_run):
     out, result, _ = multi_run
     assert result.returncode == 0, result.stderr[-3000:]
     assert "GRPO run finished" in result.stderr
-    assert "held-out eval prompts: before training (step 0)" in result.stderr
+    assert "held-out prompts: " in result.stderr and " at step 0 -> " in result.stderr
+    assert re.search(r"improved on \d+, worse on \d+, same on \d+ of 3 prompts", result.stderr), result.stderr[-2000:]
 
 
 def test_adapter_trained_and_base_weights_untouched(multi_run):

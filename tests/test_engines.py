@@ -70,6 +70,17 @@ def test_auto_falls_back_for_an_unsupported_architecture(monkeypatch):
     assert name == "transformers" and "Phi3ForCausalLM" in reason
 
 
+def test_the_fallback_for_an_unbuilt_engine_fits_the_run_header(monkeypatch):
+    """Without llama-cpp-python 'auto' says so and names the fix, on one line of the run header at 80 columns
+    (`engine` is the header's 7-character key column)."""
+    from grpokit import engines
+
+    monkeypatch.setattr(engines, "llama_cpp_available", lambda: False)
+    name, reason = choose_engine("auto", cuda=False, backend="unsloth", architecture="LlamaForCausalLM")
+    line = f"{'engine':<7}  {name} ({reason})"
+    assert name == "transformers" and "make llama-cpp" in reason and len(line) <= 80, line
+
+
 def test_vllm_kwargs():
     unsloth = vllm_kwargs("unsloth")
     assert unsloth["grpo_config"]["use_vllm"] is True
@@ -732,3 +743,75 @@ def test_a_4bit_base_is_exported_dequantised_even_from_a_prequantized_checkpoint
         assert np.abs(got - want).max() < 0.05, np.abs(got - want).max()
     finally:
         engine.close()
+
+
+NF4_PROBE = r"""
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+from grpokit.model_loader import embedded_model_dir, import_backend, load_model
+import_backend("unsloth")
+import torch
+from config.loader import build_config
+from grpokit.engine_llama_cpp import LlamaCppEngine
+
+config = build_config(preset="quick_test", overrides=[])
+ids = torch.tensor([[1, 504, 3158, 314, 216, 34, 1232, 216, 35, 47]])
+NAMES = ("self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj")
+
+def measure(model):
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    model.train()
+    model.zero_grad()
+    torch.manual_seed(0)
+    model(input_ids=ids, labels=ids).loss.backward()
+    model.eval()
+    layers = model.get_base_model().model.layers
+    grads = [getattr(layers[i], "self_attn" if n.startswith("self") else "mlp").get_submodule(n.split(".")[1])
+             .lora_B["default"].weight.grad.clone() for i in (0, 15, 29) for n in NAMES]
+    return logits, grads
+
+import grpokit.model_loader as loader
+nf4_in_16bit = loader.nf4_in_16bit
+loader.nf4_in_16bit = lambda *args: False  # the reference: bitsandbytes' own 4-bit path
+bnb, _ = load_model(config, "unsloth", "transformers")
+loader.nf4_in_16bit = nf4_in_16bit
+out = {"bnb_class": type(bnb.get_base_model().model.layers[0].mlp.down_proj.base_layer).__name__}
+bnb_logits, bnb_grads = measure(bnb)
+del bnb
+model, tokenizer = load_model(config, "unsloth", "llama_cpp")
+engine = LlamaCppEngine.from_model_dir(embedded_model_dir(), threads=torch.get_num_threads(), trainer_model=model)
+start, _, length = engine._mapping()
+down = model.get_base_model().model.layers[0].mlp.down_proj.base_layer.weight
+out.update(shared=len(engine._shared), weights=engine.weights, in_engine=start <= down.data_ptr() < start + length)
+logits, grads = measure(model)
+out["logits_gap"] = (logits - bnb_logits).abs().max().item()
+out["logits_scale"] = bnb_logits.abs().max().item()
+out["argmax_same"] = (logits.argmax(-1) == bnb_logits.argmax(-1)).float().mean().item()
+out["grad_gaps"] = [((g - b).norm() / b.norm()).item() for g, b in zip(grads, bnb_grads)]
+engine.close()
+out["dtype_after_close"] = str(down.dtype) + " " + str(model.get_base_model().model.layers[0].mlp.down_proj.base_layer.weight.dtype)
+print("PROBE " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_4bit_with_llama_cpp_computes_the_nf4_weights_in_16_bits():
+    """4-bit on a CPU with llama_cpp: the trainer's projections are the NF4 round trip of the checkpoint in f16,
+    shared with the engine (one copy), instead of bitsandbytes' Linear4bit dequantising at every matmul: the same
+    logits and LoRA gradients as the bitsandbytes path up to f16 rounding."""
+    pytest.importorskip("llama_cpp")
+    result = subprocess.run([sys.executable, "-c", NF4_PROBE], cwd=ROOT, capture_output=True, text=True,
+                            timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
+    assert line, (result.stdout + result.stderr)[-3000:]
+    probe = json.loads(line[len("PROBE "):])
+    assert probe["bnb_class"] == "Linear4bit"  # the reference really is bitsandbytes' 4-bit path
+    assert probe["shared"] == 210 and probe["in_engine"], probe  # every projection viewed in the engine's GGUF
+    assert probe["weights"] == "the dequantised 4-bit weights"
+    # f16 rounding of the NF4 values (2^-11 relative) through 30 layers; a different quantisation would move the
+    # logits by whole units
+    assert probe["logits_gap"] < 0.01 * probe["logits_scale"] and probe["argmax_same"] == 1.0, probe
+    assert max(probe["grad_gaps"]) < 0.02, probe  # LoRA B gradients (layers 0, 15, 29: q, v, down), relative
+    assert probe["dtype_after_close"] == "torch.float16 torch.float16"  # its own f16 copy back after close
