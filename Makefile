@@ -57,8 +57,8 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc $(LLAMA_STAMP)
-	@echo "llama.cpp engine: building alongside the installs ($(LLAMA_LOG))"
 	@if command -v $${CXX:-c++} > /dev/null; then \
+		echo "llama.cpp engine: building alongside the installs ($(LLAMA_LOG))"; \
 		( $(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps -r requirements-llama.txt -w $(LLAMA_WHEELS) \
 			> $(LLAMA_LOG) 2>&1; echo $$? > $(LLAMA_WHEELS).rc ) & \
 	else echo "no C++ compiler" > $(LLAMA_WHEELS).rc; fi; \

