@@ -533,8 +533,6 @@ def _epochs_or_steps(config: GRPORunConfig) -> None:
 
 def validate(config: GRPORunConfig, world_size: int = 1) -> None:
     """Cross-field checks that would otherwise fail deep inside TRL, after the model has loaded."""
-    # One spelling of the output path everywhere it is printed (not ./grpo_outputs/x here and grpo_outputs/x there).
-    config.output_dir = os.path.normpath(os.path.expanduser(config.output_dir))
     positive = ("max_seq_length", "lora_r", "lora_alpha", "per_device_train_batch_size", "per_device_eval_batch_size",
                 "gradient_accumulation_steps", "max_completion_length", "logging_steps")
     for name in positive:

@@ -337,7 +337,7 @@ class GRPOTrainer:
             ("rewards", f"{config.reward_function_type}: " + ", ".join(
                 f"{n} x{w:g}" for n, w in zip(self.reward_set.names, self.reward_set.weights, strict=True))),
             ("steps", f"{steps}, {_group_shape(config, per_step)} per step, lr {config.learning_rate:g}"),
-            ("output", str(config.output_dir)),
+            ("output", str(Path(config.output_dir)))  # one spelling: Path drops "./",
         ])
 
     def _check_not_finished(self, checkpoint: Path) -> None:
@@ -628,7 +628,7 @@ class GRPOTrainer:
             "train_reward_last": train_rewards[-1] if train_rewards else None,
             "train_loss": train_result.training_loss,
             "eval": eval_metrics,
-            "output_dir": str(config.output_dir),
+            "output_dir": str(Path(config.output_dir)),
             "best_checkpoint": trainer.state.best_model_checkpoint,
             "best_metric": trainer.state.best_metric,
             "notices": self.notices,
