@@ -24,6 +24,7 @@ from typing import Any
 
 from config.errors import UsageError
 from config.models import MODEL_PRESETS
+from config.schedule import schedule_from_config
 from config.schema import FIELDS, GRPORunConfig, field_type, literal_choices
 
 log = logging.getLogger("grpo")
@@ -573,6 +574,7 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
                          "above 0 (e.g. --set sft_loss_weight=1.0 --set grpo_loss_weight=0.5).")
     check_batch_arithmetic(config, world_size)
     check_advantage_options(config, world_size)
+    schedule_from_config(config, world_size)  # adaptive_group_size: refused here if the batch cannot follow it
 
 
 def check_advantage_options(config: GRPORunConfig, world_size: int = 1) -> None:

@@ -155,16 +155,13 @@ class GRPOTrainer:
     # ---- checks that guard a run (no model needed) -----------------------------------------------------------------
     def check_run(self) -> None:
         """Everything that would make a run fail after the model has loaded, or at its very end, refused now with one
-        line: a group-size schedule the batch cannot follow, an output directory we cannot write, W&B missing or not
+        line: an output directory we cannot write, W&B missing or not
         logged in, vLLM without CUDA, a 4-bit merge on a machine that cannot merge into 4-bit, a GPU load plan that
         cannot work or fit. `train()` and `evaluate_adapter()` call it before loading; the CLI calls it first of all
         (so --dry-run says it too)."""
-        from grpokit.group_schedule import schedule_from_config
         from grpokit.load_plan import detect_machine
 
         config = self.config
-        # adaptive_group_size: a min / max the generation batch cannot hold is refused here, listing the valid sizes
-        schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1")))
         check_output_dir(config.output_dir)
         if config.generation_log_dir:
             check_output_dir(config.generation_log_dir)

@@ -294,7 +294,7 @@ def test_bool_strings_in_a_config_file_become_booleans(cli, tmp_path):
         ("top_k=-1", "'top_k' must be >= 0"),
         ("eval_strategy=step", "'eval_strategy' must be one of 'no', 'steps', 'epoch', not 'step'. Did you mean 'steps'?"),
         ("ddp_backend=tcp", "'ddp_backend' must be one of 'nccl', 'gloo'"),  # metadata={"choices": [...]}
-        ("optim=adamw", "Did you mean 'adamw_torch'?"),  # one of ours, checked against TRL's enum too
+        ("optim=adamw_turbo", "Did you mean 'adamw_torch'?"),  # one of ours, checked against TRL's enum too
         ("generation_engine=fastest", "'generation_engine' must be one of 'auto', 'transformers'"),  # our Literal
         ('report_to=["wandb", 3]', "'report_to' must be str or list[str] or None"),
         ("learning_rate=NaN", "'learning_rate' must be a finite number"),
