@@ -33,7 +33,7 @@ def finished_run(tmp_path_factory):
 def test_an_eval_on_training_prompts_is_not_called_eval(finished_run):
     out, _, result = finished_run
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "2 TRAINING prompts (no held-out split)" in result.stderr
+    assert "greedy reward on 2 TRAINING prompts" in result.stderr and "(no held-out split" in result.stderr
     assert "held-out" not in result.stderr.split("GRPO run finished")[1].split("TRAINING")[0]
     summary = json.loads((out / "metrics_summary.json").read_text())
     assert summary["generation_eval"]["held_out"] is False and summary["eval"] == {}
