@@ -363,8 +363,13 @@ class TrainClock(TrainerCallback):
         self.started = time.perf_counter()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is not None and not any(key.startswith("eval_") for key in logs):
-            logs["train_seconds"] = round(self.seconds(), 2)
+        if logs is None or any(key.startswith("eval_") for key in logs):
+            return
+        # transformers appends a copy of `logs` (plus "step") to log_history before the callbacks see it: the figure
+        # goes into both, so trainer_state.json (and every checkpoint's copy of it) carries it
+        logs["train_seconds"] = round(self.seconds(), 2)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1]["train_seconds"] = logs["train_seconds"]
 
     def seconds(self) -> float:
         return self.before + (time.perf_counter() - self.started if self.started is not None else 0.0)

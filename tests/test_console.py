@@ -32,9 +32,10 @@ def clean_noise_state(monkeypatch):
     names = [name for name, _ in console._HARMLESS_LOG_RECORDS]
     filters = {name: list(logging.getLogger(name).filters) for name in names}
     meta_path = list(sys.meta_path)
-    # Start from a process where no run has quietened anything yet (CLI tests in the same process call it).
+    # Start from a process where no run has quietened anything yet (CLI tests in the same process call it, and a
+    # library imported by an earlier test may have put a filter of its own on these loggers).
     for name in names:
-        logging.getLogger(name).filters[:] = [f for f in filters[name] if not isinstance(f, console._DropMatching)]
+        logging.getLogger(name).filters[:] = []
     sys.meta_path[:] = [f for f in meta_path if not isinstance(f, console._AfterImport)]
     with warnings.catch_warnings():
         yield
