@@ -598,11 +598,7 @@ print("PROBE " + json.dumps(out))
 def test_llama_cpp_runs_keep_the_frozen_projections_in_bf16():
     """With llama_cpp sampling, the trainer keeps the frozen projections as stored (bf16) and computes in float32:
     the same logits as the float32 load the transformers engine gets, bit for bit, in half the memory."""
-    result = subprocess.run([sys.executable, "-c", FROZEN_BF16_PROBE], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
-    assert line, (result.stdout + result.stderr)[-3000:]
-    probe = json.loads(line[len("PROBE "):])
+    probe = _run_probe(FROZEN_BF16_PROBE, timeout=600)
     llama, plain = probe["llama_cpp"], probe["transformers"]
     assert (llama["q_proj"], llama["down_proj"]) == ("torch.bfloat16", "torch.bfloat16")
     if plain["q_proj"] == "torch.float32":  # a CPU without bf16 units (AVX2): Unsloth computes in float32
@@ -693,11 +689,7 @@ def test_the_trainer_computes_with_the_engines_copy_of_the_weights():
     back in HF's), its mmapped checkpoint goes, and between generations
     the tensors only the engine reads leave the resident set; closing the engine hands the trainer its copies back."""
     pytest.importorskip("llama_cpp")
-    result = subprocess.run([sys.executable, "-c", SHARE_PROBE], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
-    assert line, (result.stdout + result.stderr)[-3000:]
-    probe = json.loads(line[len("PROBE "):])
+    probe = _run_probe(SHARE_PROBE, timeout=600)
     assert probe["shared"] == 210  # q, k, v, o, gate, up, down x 30 layers (q/k in the GGUF's row order)
     assert probe["down_dtype"] == "torch.float16" and probe["down_in_engine"] and probe["q_in_engine"]
     assert probe["checkpoint_mapped_before"] >= 1 and probe["checkpoint_mapped_after"] == 0
@@ -803,11 +795,7 @@ def test_4bit_with_llama_cpp_computes_the_nf4_weights_in_16_bits():
     shared with the engine (one copy), instead of bitsandbytes' Linear4bit dequantising at every matmul: the same
     logits and LoRA gradients as the bitsandbytes path up to f16 rounding."""
     pytest.importorskip("llama_cpp")
-    result = subprocess.run([sys.executable, "-c", NF4_PROBE], cwd=ROOT, capture_output=True, text=True,
-                            timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
-    assert line, (result.stdout + result.stderr)[-3000:]
-    probe = json.loads(line[len("PROBE "):])
+    probe = _run_probe(NF4_PROBE, timeout=900)
     assert probe["bnb_class"] == "Linear4bit"  # the reference really is bitsandbytes' 4-bit path
     assert probe["shared"] == 210 and probe["in_engine"], probe  # every projection viewed in the engine's GGUF
     assert probe["weights"] == "the dequantised 4-bit weights"
@@ -816,3 +804,12 @@ def test_4bit_with_llama_cpp_computes_the_nf4_weights_in_16_bits():
     assert probe["logits_gap"] < 0.01 * probe["logits_scale"] and probe["argmax_same"] == 1.0, probe
     assert max(probe["grad_gaps"]) < 0.02, probe  # LoRA B gradients (layers 0, 15, 29: q, v, down), relative
     assert probe["dtype_after_close"] == "torch.float16 torch.float16"  # its own f16 copy back after close
+
+
+def _run_probe(code: str, timeout: int) -> dict:
+    """Run a probe script in a fresh interpreter (its own import order and memory); the dict it prints as PROBE."""
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
+    assert line, (result.stdout + result.stderr)[-3000:]
+    return json.loads(line[len("PROBE "):])
