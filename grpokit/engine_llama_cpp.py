@@ -1,10 +1,12 @@
 """The llama_cpp engine: batched sampling on CPU through llama.cpp's low-level API, with the LoRA pushed at runtime.
 
 One llama.cpp context holds every sequence of a call (`n_seq_max` = completions in flight, one unified KV cache).
-Each distinct prompt is decoded once, its tokens carrying the ids of all the sequences that continue it (llama.cpp's
-`batched` example); then every decode step is one batch with one token per unfinished sequence. Logits are read with
-`llama_get_logits_ith` and sampled in numpy (sampling.py), which gives each token's log-prob and seeded,
-reproducible samples. The model file is mmapped (no copy of the weights in Python); the LoRA is a few MB.
+The prompts are decoded as a prefix tree: a token shared by several prompts at the same place (a chat template's
+system prompt, one prompt's n completions) is decoded once, carrying the ids of all the sequences that continue it
+(llama.cpp's `batched` example, generalised); then every decode step is one batch with one token per unfinished
+sequence. Logits are read with `llama_get_logits_ith` and sampled in numpy (sampling.py), which gives each token's
+log-prob and seeded, reproducible samples. The model file is mmapped (no copy of the weights in Python); the LoRA
+is a few MB.
 
 One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits and upcasts them per
 matmul (Unsloth's bf16-stored Linear, see model_loader.frozen_weights_in_bf16), `share_weights` points them at the
@@ -351,7 +353,7 @@ class LlamaCppEngine:
         self.push_seconds += time.perf_counter() - started
 
     def generate(self, prompt_token_ids, n, sampling: SamplingParams):
-        """`n` completions per prompt, prompt-major; identical prompts are decoded once."""
+        """`n` completions per prompt, prompt-major; shared prompt prefixes are decoded once."""
         completions, logprobs = [], []
         per_chunk = max(1, MAX_SEQUENCES // n)
         rngs = sequence_rngs(sampling.seed, len(prompt_token_ids) * n)
@@ -365,32 +367,40 @@ class LlamaCppEngine:
 
     def _generate_chunk(self, prompts, n, sampling: SamplingParams, rngs):
         L = self._L
-        distinct: dict[tuple[int, ...], list[int]] = {}  # prompt -> its sequence ids
+        sequences = len(prompts) * n
+        # 1. the prompts as a prefix tree, decoded in one batch: a token that several prompts share at the same
+        #    place (the chat template's system prompt, a few-shot header, one prompt's n completions) is decoded
+        #    once, tagged with the ids of every sequence that continues it; logits at each prompt's last token.
+        #    Parents come before children, and a sequence's own tokens are exactly its prompt's positions.
+        child: dict[tuple[int, int], int] = {}  # (parent entry or -1, token) -> entry
+        tokens, positions, tagged = [], [], []  # per entry
+        seq_entry = np.empty(sequences, dtype=np.int64)  # the entry whose logits each sequence samples from next
+        seq_pos = np.empty(sequences, dtype=np.int64)
         for index, prompt in enumerate(prompts):
             if not prompt:
                 raise ValueError("llama_cpp engine: empty prompt")
-            distinct.setdefault(tuple(prompt), []).extend(range(index * n, index * n + n))
-        sequences = len(prompts) * n
-        self._ensure_context(sequences, sum(map(len, distinct)) + sequences * sampling.max_tokens + 1)
-        L.llama_memory_clear(L.llama_get_memory(self._ctx), True)
-
-        # 1. every distinct prompt once, each token tagged with all its sequences; logits at each last token
-        batch = self._batch
-        entry, last_entry = 0, {}
-        for prompt, seqs in distinct.items():
+            seqs, parent = range(index * n, index * n + n), -1
             for pos, token in enumerate(prompt):
-                batch.token[entry], batch.pos[entry], batch.n_seq_id[entry] = token, pos, len(seqs)
-                for j, seq in enumerate(seqs):
-                    batch.seq_id[entry][j] = seq
-                batch.logits[entry] = pos == len(prompt) - 1
-                entry += 1
-            last_entry[prompt] = entry - 1
-        batch.n_tokens = entry
+                entry = child.get((parent, token))
+                if entry is None:
+                    entry = child[(parent, token)] = len(tokens)
+                    tokens.append(token)
+                    positions.append(pos)
+                    tagged.append([])
+                tagged[entry].extend(seqs)
+                parent = entry
+            seq_entry[seqs], seq_pos[seqs] = parent, len(prompt)
+        self._ensure_context(sequences, len(tokens) + sequences * sampling.max_tokens + 1)
+        L.llama_memory_clear(L.llama_get_memory(self._ctx), True)
+        batch = self._batch
+        last = set(seq_entry.tolist())
+        for entry, (token, pos, seqs) in enumerate(zip(tokens, positions, tagged, strict=True)):
+            batch.token[entry], batch.pos[entry], batch.n_seq_id[entry] = token, pos, len(seqs)
+            for j, seq in enumerate(seqs):
+                batch.seq_id[entry][j] = seq
+            batch.logits[entry] = entry in last
+        batch.n_tokens = len(tokens)
         self._decode()
-        seq_entry = np.empty(sequences, dtype=np.int64)
-        seq_pos = np.empty(sequences, dtype=np.int64)
-        for prompt, seqs in distinct.items():
-            seq_entry[seqs], seq_pos[seqs] = last_entry[prompt], len(prompt)
 
         # 2. one batch per step: the last sampled token of every unfinished sequence
         eos = set(sampling.eos_token_ids)
@@ -459,7 +469,7 @@ class LlamaCppEngine:
         self._L = None
 
     def __del__(self):
-        if sys.is_finalizing():
+        if sys is None or sys.is_finalizing():  # module globals may already be None at interpreter exit
             return  # the process is ending: the OS frees it all, no need to copy shared weights out first
         try:
             self.close()
