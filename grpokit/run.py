@@ -410,7 +410,8 @@ class GRPOTrainer:
                                  advantage_options=AdvantageOptions.from_config(config),
                                  sft_loss_weight=config.sft_loss_weight, grpo_loss_weight=config.grpo_loss_weight,
                                  sft_columns=self.sft_columns,
-                                 group_schedule=schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1"))))
+                                 group_schedule=schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1"))),
+                                 eval_loss=config.beta != 0 or config.sft_loss_weight > 0)
         trainer.add_callback(LogLinesCallback())
         if training:
             self.clock = TrainClock()  # before the callbacks that log: its figure joins each step's log

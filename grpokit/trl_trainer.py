@@ -28,19 +28,31 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
     take TRL's own pass). `generation_engine`: a grpokit.engines engine that samples the completions (None: TRL's
     own generate). `advantage_options`: a grpokit.advantages.Options (baselines, reward post-processing, dynamic
     sampling; None: TRL's advantages). `sft_loss_weight` / `grpo_loss_weight` / `sft_columns`: the supervised +
-    GRPO mixed loss (grpokit.mixed_loss). `group_schedule`: the adaptive group size (grpokit.group_schedule). Every
-    default is TRL's behaviour."""
+    GRPO mixed loss (grpokit.mixed_loss). `group_schedule`: the adaptive group size (grpokit.group_schedule).
+    `eval_loss`: compute the loss of each evaluation batch (False: generate and score only, see prediction_step).
+    Every default is TRL's behaviour."""
 
     def __init__(self, *args, share_prompts: bool = False, generation_engine=None, advantage_options=None,
                  sft_loss_weight: float = 0.0, grpo_loss_weight: float = 1.0, sft_columns: tuple[str, ...] = (),
-                 group_schedule=None, **kwargs):
+                 group_schedule=None, eval_loss: bool = True, **kwargs):
         self.share_prompts = share_prompts
         self.generation_engine = generation_engine
         self.advantage_options = advantage_options
         self.sft_loss_weight, self.grpo_loss_weight = sft_loss_weight, grpo_loss_weight
         self.sft_columns = sft_columns  # where each row's reference reply is read (grpokit.mixed_loss)
         self.group_schedule = group_schedule  # a grpokit.group_schedule.GroupSchedule; None = fixed num_generations
+        self.eval_loss = eval_loss
         super().__init__(*args, **kwargs)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        # An evaluation batch is generated and scored in _prepare_inputs (the eval reward metrics); TRL then runs
+        # the loss pass too. Without a KL term or a supervised term that loss is a function of the rewards and
+        # lengths just logged (the policy ratio is 1 on the policy's own samples), yet it is a forward pass over
+        # every eval completion: most of an evaluation's time on a CPU (BENCHMARKS.md). `eval_loss=False` skips it.
+        if self.eval_loss:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        self._prepare_inputs(inputs)
+        return None, None, None
 
     def _save_checkpoint(self, model, trial):
         # Atomic checkpoints (checkpoints.py): visible to `latest` and rotation only once every file and the
