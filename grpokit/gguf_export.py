@@ -171,6 +171,7 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
                 continue
             tensor = dequantize_4bit(param.data, param.quant_state) if name in quantized else param.data
             weights[name.replace(".base_layer.", ".")] = tensor.detach().float().contiguous().cpu()
+    cache.mkdir(parents=True, exist_ok=True)  # a fresh cache: nothing else may have created it yet
     scratch = Path(tempfile.mkdtemp(dir=cache, prefix=".dequantised-"))
     try:
         for extra in model_dir.iterdir():  # config, tokenizer, chat template: everything but the weights

@@ -405,8 +405,8 @@ def test_export_and_lora_push_for_other_architectures(tmp_path, monkeypatch, arc
 
     from grpokit.engine_llama_cpp import LlamaCppEngine
 
-    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
-    model_dir, model = _tiny_model_dir(tmp_path, architecture)
+    model_dir, model = _tiny_model_dir(tmp_path, architecture)  # borrows the tokenizer from the shared cache
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # then a private one for the exports
     model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=[
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], task_type="CAUSAL_LM"))
     model.eval()
@@ -478,8 +478,8 @@ def test_importance_sampling_in_the_loss_pass_matches_trls_separate_pass(tmp_pat
     from grpokit.trl_trainer import TRLGRPOTrainer
 
     import_backend("transformers")  # TRL's fused LM head needs its CPU implementation on this machine
-    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
-    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")
+    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")  # borrows the tokenizer from the shared cache
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # then a private one for the exports
     prompts = Dataset.from_list([{"prompt": [{"role": "user", "content": q}]}
                                  for q in ["What is 3 + 4?", "Name a colour.", "Count to three.", "Hi"] * 4])
 
@@ -546,8 +546,8 @@ def test_generation_logs_decode_through_the_engine(tmp_path, monkeypatch):
     from rewards import parse_reward_config
 
     import_backend("transformers")
-    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
-    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")
+    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")  # borrows the tokenizer from the shared cache
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # then a private one for the exports
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = get_peft_model(LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32), LoraConfig(
         r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
@@ -735,8 +735,8 @@ def test_a_4bit_base_is_exported_dequantised_even_from_a_prequantized_checkpoint
 
     from grpokit.engine_llama_cpp import LlamaCppEngine
 
-    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
-    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")
+    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")  # borrows the tokenizer from the shared cache
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # then a private one for the exports
     quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                                       bnb_4bit_compute_dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(model_dir, quantization_config=quantization, dtype=torch.float32)
