@@ -42,7 +42,7 @@ class Machine:
     cuda: bool = False
     gpu_name: str = ""
     gpu_memory_gib: float = 0.0
-    bf16: bool = False  # native bf16 (compute capability >= 8, Unsloth's own test), not torch's emulated answer
+    bf16: bool = False  # native bf16: a GPU of compute capability >= 8 / a CPU with bf16 units (cpu_bf16), as Unsloth
     world_size: int = 1
     local_rank: int = 0
     zero_stage: int = 0  # DeepSpeed ZeRO stage under `accelerate launch` (0 = no DeepSpeed)
@@ -61,6 +61,27 @@ def _driver_present() -> bool:
     return any(os.path.exists(p) for p in ("/proc/driver/nvidia/version", "/dev/nvidia0", "/dev/kfd", "/dev/dxg"))
 
 
+def cpu_bf16() -> bool:
+    """bf16 compute in hardware on this CPU: AMX / AVX512-BF16 on x86, the BF16 extension on Arm (Unsloth's CPU
+    backend asks the same, unsloth_zoo/cpu/runtime.py cpu_bf16_supported, and so trains in float32 without it).
+    Without them torch emulates every bf16 matmul: a transformers-backend quick-test step took 32 s under TRL's
+    default bf16 autocast on a 2-core AVX2 machine, ~3 s in float32. No /proc/cpuinfo to read: True (TRL's
+    default is kept)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info
+                          if line.split(":", 1)[0].strip().lower() in ("flags", "features")), None)
+    except OSError:
+        flags = None
+    if flags is None:
+        return True
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return "bf16" in flags
+    return bool({"amx_bf16", "avx512_bf16"} & set(flags))
+
+
 def detect_machine() -> Machine:
     """The machine at hand: torch for the GPU, the launcher's environment for ranks, DeepSpeed and FSDP."""
     import importlib.util
@@ -75,11 +96,11 @@ def detect_machine() -> Machine:
                   zero_stage=zero, fsdp=env.get("ACCELERATE_USE_FSDP", "").lower() in truthy,
                   vllm=importlib.util.find_spec("vllm") is not None)
     if "torch" not in sys.modules and not _driver_present():
-        return Machine(cuda=False, **common)
+        return Machine(cuda=False, bf16=cpu_bf16(), **common)
     import torch
 
     if not torch.cuda.is_available():
-        return Machine(cuda=False, **common)
+        return Machine(cuda=False, bf16=cpu_bf16(), **common)
     device = common["local_rank"] % max(1, torch.cuda.device_count())
     props = torch.cuda.get_device_properties(device)
     # torch.cuda.is_bf16_supported() says True on a T4 (it only tries to make a bf16 tensor: emulation,
@@ -113,7 +134,7 @@ class LoadPlan:
     checkpoint: str  # what from_pretrained gets (a preset's repository for this precision, a hub id or a directory)
     quantization: str
     dtype: str  # the weights' dtype at load ("auto": the backend decides; Unsloth follows the same rule)
-    mixed_precision: str  # what TRL's args get: "bf16", "fp16", or "trl default" (CPU: untouched)
+    mixed_precision: str  # what TRL's args get: "bf16", "fp16", "no", or "trl default" (a CPU with bf16 units)
     device_map: dict[str, int] | None
     trainer_args_first: bool  # ZeRO-3: TRL's args (which register ZeRO-3 with transformers) before the model
     engine: str
@@ -187,13 +208,16 @@ def architecture_for(model_name: str, checkpoint: str) -> Architecture | None:
 
 
 def precision(config, machine: Machine) -> tuple[str, str, str]:
-    """(dtype, mixed precision, refusal). CPU: untouched (bf16 weights for transformers, TRL's default args). GPU:
+    """(dtype, mixed precision, refusal). CPU with bf16 units: untouched (bf16 weights for transformers, TRL's
+    default bf16 autocast); without: float32 weights and no autocast, as Unsloth's CPU backend does (cpu_bf16). GPU:
     bf16 where the card has it natively, else fp16; an explicit `--set bf16=true` on a card without it is refused
     (transformers would accept it there: torch reports emulated bf16 as supported, transformers/utils/import_utils.py
     is_torch_bf16_gpu_available, and every matmul would then run emulated)."""
     trl_args = config.trl_args
     if not machine.cuda:
-        return "bfloat16", "trl default (bf16 autocast with use_cpu)", ""
+        if machine.bf16:
+            return "bfloat16", "trl default (bf16 autocast with use_cpu)", ""
+        return "float32", "no", ""
     if trl_args.get("bf16") and not machine.bf16:
         return "float16", "bf16", (f"bf16 was asked for (bf16=true) but the {machine.gpu_name or 'GPU'} has no native "
                                    "bf16: drop bf16=true (the run then trains in fp16).")

@@ -696,11 +696,11 @@ def check_wandb() -> None:
 def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: list[float] | None,
                        plan=None) -> dict[str, Any]:
     """Everything TRL's GRPOConfig receives (kept separate so tests can check what we hand over); `plan`: the run's
-    load plan (grpokit/load_plan.py), whose mixed precision a GPU run trains in."""
+    load plan (grpokit/load_plan.py), whose mixed precision the run trains in."""
     kwargs = trl_kwargs(config)
-    if plan is not None and plan.cuda and plan.mixed_precision in ("bf16", "fp16", "no"):
-        # TRL defaults bf16=True (trl/trainer/base_config.py); on a T4 / V100 that means emulated bf16 against an
-        # fp16 model, so the plan's choice per card is set (a --set bf16 / fp16 of the user's is kept).
+    if plan is not None and plan.mixed_precision in ("bf16", "fp16", "no"):
+        # TRL defaults bf16=True (trl/trainer/base_config.py); on a T4 / V100, or a CPU without bf16 units, that
+        # means emulated bf16, so the plan's choice per machine is set (a --set bf16 / fp16 of the user's is kept).
         kwargs.setdefault("bf16", plan.mixed_precision == "bf16")
         kwargs.setdefault("fp16", plan.mixed_precision == "fp16")
     evaluate_during = has_eval and config.eval_steps > 0

@@ -260,7 +260,7 @@ def test_prompts_sharing_a_prefix_decode_as_if_alone(peft_and_engine):
     prompts = [list(tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a}+{b}? Answer briefly."}],
                                                   add_generation_prompt=True, tokenize=True, return_dict=False))
                for a, b in [(2, 3), (2, 5), (7, 1)]] + [prompt, prompt[:-3]]
-    shared = sum(1 for column in zip(*prompts) if len(set(column)) == 1)
+    shared = sum(1 for column in zip(*prompts, strict=False) if len(set(column)) == 1)
     assert shared >= 20  # the system prompt and more: the tree really shares something
     greedy = SamplingParams(max_tokens=8, greedy=True, eos_token_ids=(tokenizer.eos_token_id,))
     together, together_lps = engine.generate(prompts, 2, greedy)

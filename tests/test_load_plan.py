@@ -9,6 +9,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import platform
 import sys
 import types
 from pathlib import Path
@@ -162,12 +163,24 @@ def test_precision_follows_the_card(recorded, machine, dtype, bf16, fp16):
     assert (kwargs["bf16"], kwargs["fp16"]) == (bf16, fp16)
 
 
-def test_cpu_precision_is_left_as_it_was():
+def test_cpu_precision_follows_the_bf16_units():
+    """A CPU with bf16 units keeps TRL's default (bf16 autocast); one without trains in float32, as Unsloth's CPU
+    backend does, instead of emulating every bf16 matmul. A user's own --set bf16 is kept."""
+    from grpokit.load_plan import cpu_bf16
     from grpokit.run import grpo_config_kwargs
 
     config = _config(backend="transformers")
-    kwargs = grpo_config_kwargs(config, has_eval=False, reward_weights=None, plan=plan_load(config, CPU, "transformers"))
-    assert "bf16" not in kwargs and "fp16" not in kwargs
+    with_units = plan_load(config, Machine(bf16=True), "transformers")
+    kwargs = grpo_config_kwargs(config, has_eval=False, reward_weights=None, plan=with_units)
+    assert with_units.dtype == "bfloat16" and "bf16" not in kwargs and "fp16" not in kwargs
+    without = plan_load(config, CPU, "transformers")
+    kwargs = grpo_config_kwargs(config, has_eval=False, reward_weights=None, plan=without)
+    assert without.dtype == "float32" and kwargs["bf16"] is False and kwargs["fp16"] is False
+    asked = _config(backend="transformers", overrides=["bf16=true"])
+    assert grpo_config_kwargs(asked, has_eval=False, reward_weights=None, plan=without)["bf16"] is True
+    if platform.machine() == "x86_64":  # this machine's own answer
+        flags = open("/proc/cpuinfo").read()
+        assert cpu_bf16() == (" avx512_bf16" in flags or " amx_bf16" in flags)
 
 
 def test_bf16_asked_for_on_a_t4_is_refused_by_check_run_before_anything_loads(monkeypatch, tmp_path):
