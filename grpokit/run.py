@@ -156,7 +156,7 @@ class GRPOTrainer:
     def check_run(self) -> None:
         """Everything that would make a run fail after the model has loaded, or at its very end, refused now with one
         line: an output directory we cannot write, W&B missing or not
-        logged in, vLLM without CUDA, a 4-bit merge on a machine that cannot merge into 4-bit, a GPU load plan that
+        logged in, vLLM without CUDA, llama_cpp named with settings it lacks, a 4-bit merge on a machine that cannot merge into 4-bit, a GPU load plan that
         cannot work or fit. `train()` and `evaluate_adapter()` call it before loading; the CLI calls it first of all
         (so --dry-run says it too)."""
         from grpokit.load_plan import detect_machine
@@ -175,6 +175,10 @@ class GRPOTrainer:
             # Refused now, not after training: merging into 4-bit weights needs Unsloth's GPU path.
             raise UsageError("--save-merged with 4-bit weights needs a GPU (Unsloth's CPU backend cannot merge "
                              "into 4-bit): add --no-4bit, or merge later on a GPU.")
+        if config.generation_engine == "llama_cpp":  # asked for by name: settings it cannot sample with, refused now
+            from grpokit.trl_engine_adapter import check_llama_cpp_settings
+
+            check_llama_cpp_settings(trl_kwargs(config))
         self.plan_load(machine=machine)  # GPU plans that cannot work or fit are refused here (CPU plans never are)
 
     def plan_load(self, engine: tuple[str, str] | None = None, machine=None):

@@ -227,6 +227,19 @@ def engine_threads(requested: int, torch_threads: int) -> int:
     return requested if requested > 0 else torch_threads
 
 
+def check_llama_cpp_settings(trl_args: dict) -> None:
+    """A UsageError naming the generation settings the llama_cpp engine does not implement. The run calls it before
+    anything loads when llama_cpp is asked for by name (GRPOTrainer.check_run); on 'auto' the engine falls back."""
+    from config.errors import UsageError
+
+    unsupported = [f"{key}={value}" for key, value, default in (
+        ("repetition_penalty", trl_args.get("repetition_penalty", 1.0), 1.0),
+        ("generation_kwargs", trl_args.get("generation_kwargs"), None)) if value not in (default, {})]
+    if unsupported:
+        raise UsageError(f"the llama_cpp engine does not implement {', '.join(unsupported)}: drop it or use "
+                         "--set generation_engine=transformers.")
+
+
 def start_engine(config, choice: tuple[str, str], model, model_dir: str, trl_args: dict, engine=None):
     """The chosen engine for the run's TRL trainer (its `generation_engine` constructor argument), built unless
     `engine` (one built for an earlier trainer of the same run) is given; logs engine, threads and why in one line.
@@ -253,12 +266,7 @@ def start_engine(config, choice: tuple[str, str], model, model_dir: str, trl_arg
                         max_sequences=completions,
                         max_context=completions * (config.max_prompt_length + config.max_completion_length))
     try:
-        unsupported = [f"{key}={value}" for key, value, default in (
-            ("repetition_penalty", trl_args.get("repetition_penalty", 1.0), 1.0),
-            ("generation_kwargs", trl_args.get("generation_kwargs"), None)) if value not in (default, {})]
-        if unsupported:
-            raise UsageError(f"the llama_cpp engine does not implement {', '.join(unsupported)}: drop it or use "
-                             "--set generation_engine=transformers.")
+        check_llama_cpp_settings(trl_args)
         engine = build_engine("llama_cpp", model, None, setup)
     except Exception as err:  # noqa: BLE001 - any failure to start the engine: fall back on 'auto', name it otherwise
         why = str(err) if isinstance(err, UsageError) else f"{err.__class__.__name__}: {err}"

@@ -456,9 +456,11 @@ def test_auto_falls_back_to_transformers_when_llama_cpp_cannot_run_the_settings(
     assert "engine   transformers (llama_cpp could not start)" in auto.stderr  # the header says what runs
     named = subprocess.run([*base, "--output-dir", str(tmp_path / "named"), "--generation-engine", "llama_cpp"],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    assert named.returncode == 2
-    lines = [line for line in (named.stdout + named.stderr).splitlines() if "repetition_penalty" in line]
-    assert lines and "Traceback" not in named.stderr, (named.stdout + named.stderr)[-2000:]
+    assert named.returncode == 2 and "Traceback" not in named.stderr, (named.stdout + named.stderr)[-2000:]
+    assert named.stderr.strip().splitlines() == [
+        "error: the llama_cpp engine does not implement repetition_penalty=1.1: drop it or use "
+        "--set generation_engine=transformers."]  # refused before the model loads: nothing else was printed
+    assert not (tmp_path / "named" / "grpo_training.log").exists()
 
 
 def test_importance_sampling_in_the_loss_pass_matches_trls_separate_pass(tmp_path, monkeypatch):
