@@ -27,7 +27,8 @@ def test_learning_benchmark_tiny_mode():
 
 def test_speed_benchmark_one_step():
     # float32 on the plain side: TRL's bf16 default is emulated on a CPU without bf16 units (~2 min for one step)
-    out = _run("bench/bench_speed.py", "--rounds", "1", "--steps", "1", "--plain-fp32", "--completion-length", "8")
+    out = _run("bench/bench_speed.py", "--rounds", "1", "--steps", "1", "--plain-fp32", "--completion-length", "8",
+               "--batch", "4", "--generations", "2")
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["ours"] > 0 and summary["plain"] > 0 and summary["ratio"] > 0
 

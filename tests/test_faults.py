@@ -310,6 +310,7 @@ def test_generation_logging_lets_a_reward_error_through(tmp_path):
 # 16-bit weights (bit-exact resume), 2 steps, small groups: each run ~30-60 s on 2 quiet cores.
 QUICK = ["--quick-test", "--no-4bit", "--max-steps", "2", "--seed", "7", "--disable-generation-logging",
          "--set", "per_device_train_batch_size=4", "--set", "num_generations=2", "--set", "save_total_limit=0",
+         "--set", "max_eval_samples=4",
          "--reward", "tests.fixtures.flaky_rewards:flaky"]
 
 

@@ -15,7 +15,7 @@ from grpokit.checkpoints import COMPLETE, MANIFEST, build_manifest, check_resume
 # 16-bit weights: bit-exact resume. With bitsandbytes 4-bit on CPU the first resumed step can sample one token
 # differently (measured: adapters 2.7e-4 apart after 4 steps); see README "Checkpoints and resume".
 QUICK = ["--quick-test", "--no-4bit", "--max-steps", "4", "--seed", "7", "--set", "save_steps=1", "--set", "save_total_limit=0",
-         "--disable-generation-logging"]
+         "--disable-generation-logging", "--set", "max_eval_samples=4"]
 
 
 def _fake_checkpoint(path, manifest=None, base="/cache/smollm2-135m-instruct"):

@@ -273,3 +273,29 @@ def test_leaner_saved_activations_give_the_same_logps_and_gradients(tiny_model_d
     products = lambda s: sum(1 for shape, _ in s.values() if shape == (8 * (keep + 1), 128))  # noqa: E731
     assert products(saved) == 2 and products(saved_lean) == 0
     assert sum(b for _, b in saved_lean.values()) < sum(b for _, b in saved.values())
+
+
+
+def test_evaluation_without_the_loss_pass_reports_the_same_rewards(tiny_model_dir, tmp_path):
+    """eval_loss=False (a run without a KL or SFT term): an evaluation samples and scores exactly as TRL's does and
+    skips only the loss forward (counted at the input embedding)."""
+    from collections import Counter
+
+    from grpokit.trl_trainer import TRLGRPOTrainer
+
+    seen = {}
+    for eval_loss in (True, False):
+        model = _lora_model(tiny_model_dir)
+        trainer = _trainer(TRLGRPOTrainer, model, tiny_model_dir, tmp_path / str(eval_loss))
+        trainer.eval_loss = eval_loss
+        trainer.eval_dataset = _prompts().select(range(4))
+        trainer.args.per_device_eval_batch_size = 8
+        calls = _embedding_calls(model)
+        seen[eval_loss] = trainer.evaluate(), calls
+    (with_loss, with_calls), (without, without_calls) = seen[True], seen[False]
+    assert "eval_loss" in with_loss and "eval_loss" not in without
+    assert without["eval_reward"] == with_loss["eval_reward"] > 0  # the same samples, scored the same
+    # the same generation forwards, and with the loss one more per eval batch (16 completions, 2 batches of 8 rows)
+    extra = Counter(with_calls) - Counter(without_calls)
+    assert not Counter(without_calls) - Counter(with_calls)
+    assert sum(extra.values()) == 2 and all(rows == 8 and tokens > 1 for rows, tokens in extra)
