@@ -42,7 +42,7 @@ def multi_run(tmp_path_factory):
     result = run_cli("--quick-test", "--max-steps", "2", "--eval-steps", "1", "--reward-function", "multi",
                      "--reward-preset", "math", "--max-generation-samples", "3", "--output-dir", str(out),
                      "--wandb-project", "grpo-tests", "--run-name", "e2e", "--set", "save_steps=1",
-                     "--set", "eval_pass_k=2", "--set", "best_metric=greedy_reward",
+                     "--set", "eval_pass_k=2", "--set", "best_metric=greedy_reward", "--set", "max_eval_samples=4",
                      env_extra={"WANDB_DIR": str(out.parent)})
     return out, result, base_hash_before
 

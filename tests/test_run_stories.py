@@ -19,7 +19,8 @@ from test_e2e import run_cli
 
 ROWS = [{"question": f"What is {a} + {b}? Answer with just the number.", "answer": str(a + b)}
         for a, b in ((1, 2), (3, 4), (2, 2), (5, 1), (0, 7), (4, 4))]
-QUICK = ("--quick-test", "--no-4bit", "--max-generation-samples", "2", "--set", "save_steps=1")
+QUICK = ("--quick-test", "--no-4bit", "--max-generation-samples", "2", "--set", "save_steps=1",
+         "--set", "max_eval_samples=4")
 
 
 def agrees_with_disk(out, result, code=0):
