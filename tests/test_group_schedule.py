@@ -185,7 +185,8 @@ def test_cli_run_on_the_embedded_model_with_both_options(tmp_path):
     command = [sys.executable, str(ROOT / "train_grpo.py"), "--quick-test", "--max-steps", "2", "--output-dir", str(out),
                "--disable-generation-logging", "--set", "adaptive_group_size=true", "--set", "min_group_size=2",
                "--set", "max_group_size=4", "--set", "sft_loss_weight=1.0", "--set", "grpo_loss_weight=0.5",
-               "--set", "eval_fraction=0", "--set", "save_steps=0"]
+               "--set", "eval_fraction=0", "--set", "save_steps=0", "--no-4bit", "--set", "max_completion_length=6",
+               "--set", "max_eval_samples=2"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "group_size" in h]
