@@ -14,6 +14,7 @@ each comes with its formula. They are not measurements (none has run on a GPU he
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ def _driver_present() -> bool:
     return any(os.path.exists(p) for p in ("/proc/driver/nvidia/version", "/dev/nvidia0", "/dev/kfd", "/dev/dxg"))
 
 
+@functools.cache
 def cpu_bf16() -> bool:
     """bf16 compute in hardware on this CPU: AMX / AVX512-BF16 on x86, the BF16 extension on Arm (Unsloth's CPU
     backend asks the same, unsloth_zoo/cpu/runtime.py cpu_bf16_supported, and so trains in float32 without it).

@@ -263,7 +263,14 @@ def test_prompts_sharing_a_prefix_decode_as_if_alone(peft_and_engine):
     shared = sum(1 for column in zip(*prompts, strict=False) if len(set(column)) == 1)
     assert shared >= 20  # the system prompt and more: the tree really shares something
     greedy = SamplingParams(max_tokens=8, greedy=True, eos_token_ids=(tokenizer.eos_token_id,))
-    together, together_lps = engine.generate(prompts, 2, greedy)
+    decode, batches = engine._decode, []
+    engine._decode = lambda: (batches.append(engine._batch.n_tokens), decode())[1]
+    try:
+        together, together_lps = engine.generate(prompts, 2, greedy)
+    finally:
+        engine._decode = decode
+    # the prefill decoded each shared token once: the tree's nodes, not every prompt's every token
+    assert batches[0] == len({tuple(p[:i + 1]) for p in prompts for i in range(len(p))}) < sum(map(len, prompts))
     for index, single in enumerate(prompts):
         alone, alone_lps = engine.generate([single], 2, greedy)
         assert together[2 * index:2 * index + 2] == alone
