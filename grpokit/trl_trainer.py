@@ -2,11 +2,15 @@
 
 GRPO samples `num_generations` completions per prompt. TRL runs every prompt + completion row through the model in
 full, both when generating (the prefill) and in the log-prob pass, so each prompt is computed `num_generations` times
-(4 x 44 of the 68 tokens per row in the speed benchmark). Here the prompt's key/value cache is computed once per
-distinct prompt and indexed out to its rows; only the completions (plus the last prompt token, which predicts the
-first completion token) go through the model per row. Same tokens, positions, masks and LM head as TRL's passes, so
-the same log-probs and sampling distribution up to float rounding (a test compares both, values and gradients);
-in the log-prob pass gradients flow back through the shared cache into the prompt.
+(4 x 44 of the 68 tokens per row in the speed benchmark). Here the log-prob pass is one forward over packed rows, one
+per distinct prompt: the prompt once, then each of its completions as a segment that sees only that prompt and
+itself (shared_prompts.pack_by_prompt, a 4D mask; trailing padding left out). Where the attention cannot take such
+a mask (flash attention, sliding windows shorter than the rows, recurrent layers) or packing would hold more
+attention scores than TRL's rows, the prompt's key/value cache is computed once per distinct prompt and indexed out
+to its rows, and the completions (plus the last prompt token, which predicts the first completion token) follow in
+a second call. Generation uses that cache form. Same tokens, positions, masks and LM head as TRL's passes, so the
+same log-probs and sampling distribution up to float rounding (tests compare both, values and gradients); in the
+log-prob pass gradients flow back into the shared prompt.
 
 Imported only after the backend (Unsloth must be imported before TRL).
 """
@@ -18,7 +22,11 @@ import functools
 import torch
 import trl
 
-from grpokit.shared_prompts import distinct_rows, generate_with_shared_prompts
+from grpokit.shared_prompts import distinct_rows, generate_with_shared_prompts, pack_by_prompt
+
+# Attention functions that take a custom 4D mask as it is (grpokit.activation_memory's registers as eager does):
+# bool for SDPA, additive for eager. Flash attention takes none; other models keep the two-call pass.
+_PACKED_MASK = {"sdpa": "bool", "eager": "additive", "grpo_eager_gqa": "additive"}
 
 
 class TRLGRPOTrainer(trl.GRPOTrainer):
@@ -172,6 +180,10 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
     def _shared_prompt_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
         prompt_len = input_ids.size(1) - logits_to_keep
         first_row, row_to_prompt = distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
+        if prompt_len >= 2 and first_row.size(0) < input_ids.size(0):
+            packed = self._packed_logps(model, input_ids, attention_mask, prompt_len, compute_entropy)
+            if packed is not None:
+                return packed
         # Nothing shared, or activation checkpointing on in training (transformers then returns no key/value cache,
         # so there is nothing to share): TRL's own pass.
         checkpointing = model.training and getattr(self.accelerator.unwrap_model(model), "is_gradient_checkpointing",
@@ -199,3 +211,29 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
                             fused_lm_head=True)
         # The fused head computes the completion tokens' log-probs (and entropies, unless it is a reference model's).
         return outputs.log_probs, outputs.entropy if compute_entropy else None
+
+    def _packed_logps(self, model, input_ids, attention_mask, prompt_len, compute_entropy):
+        """The log-prob pass in one forward, one packed row per distinct prompt (shared_prompts.pack_by_prompt), where
+        the model's attention takes a custom mask and is plain causal over these lengths; else None."""
+        config = self.accelerator.unwrap_model(model).config
+        form = _PACKED_MASK.get(getattr(config, "_attn_implementation", None))
+        window = getattr(config, "sliding_window", None)
+        kinds = set(getattr(config, "layer_types", None) or ())
+        if form is None or kinds - {"full_attention", "sliding_attention"} or (
+                isinstance(window, int) and input_ids.size(1) > window):
+            return None  # recurrent / linear-attention layers, or a window the 4D mask would not apply
+        packed = pack_by_prompt(input_ids, attention_mask, prompt_len)
+        if packed is None:
+            return None
+        mask = packed.attend
+        if form == "additive":
+            mask = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(
+                ~mask, torch.finfo(torch.float32).min)
+        with self.accelerator.autocast():
+            outputs = model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
+                            shift_labels=packed.shift_labels, fused_lm_head=True)
+        # The fused head scores the labelled positions (and entropies, unless it is a reference model's); each
+        # completion token's value is gathered back to TRL's [rows, completion] layout, 0 past the row's end.
+        logps = outputs.log_probs[packed.rows, packed.cols] * packed.kept
+        entropy = outputs.entropy if compute_entropy else None
+        return logps, None if entropy is None else entropy[packed.rows, packed.cols] * packed.kept
