@@ -81,12 +81,20 @@ def _batch(tokenizer, completion_len=12):
     return ids, mask, completion_mask, completion_len
 
 
-def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("form", ["packed", "prompt cache"])
+def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path, form, monkeypatch):
+    """Both forms of the shared pass: packed rows (one forward), and the prompt cache + completions (two forwards),
+    which models whose attention takes no custom mask use."""
     import torch
 
+    from grpokit import trl_trainer
     from grpokit.trl_trainer import TRLGRPOTrainer as GRPOTrainer
 
-    model = _lora_model(tiny_model_dir, random_b=True)
+    # sdpa takes the packed mask as bool (eager, elsewhere in this file, as additive); an attention that takes no
+    # custom mask (flash attention, not on a CPU) is eager taken off the table of those that do
+    model = _lora_model(tiny_model_dir, random_b=True, attn="sdpa" if form == "packed" else "eager")
+    if form == "prompt cache":
+        monkeypatch.delitem(trl_trainer._PACKED_MASK, "eager")
     trainer = _trainer(GRPOTrainer, model, tiny_model_dir, tmp_path)
     ids, mask, completion_mask, keep = _batch(trainer.processing_class)
     prompt_len = ids.size(1) - keep
@@ -106,7 +114,11 @@ def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path):
         # the full rows, 5 and 2 for the two that end early
         packed = [int(mask[r, :prompt_len - 1].sum()) + sum(int(completion_mask[q].sum()) for q in rows)
                   for r, rows in ((0, range(4)), (4, range(4, 8)))]
-        assert calls == ([(2, max(packed))] if share else [(8, prompt_len + keep)])
+        if form == "prompt cache":
+            packed = [(2, prompt_len - 1), (8, keep + 1)]  # the 2 distinct prompts, then every row's completion
+        else:
+            packed = [(2, max(packed))]
+        assert calls == (packed if share else [(8, prompt_len + keep)])
     (lp_trl, ent_trl, grads_trl), (lp_ours, ent_ours, grads_ours) = results[False], results[True]
     scored = completion_mask.bool()
     assert lp_trl.shape == lp_ours.shape == (8, keep)
