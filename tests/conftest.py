@@ -1,6 +1,7 @@
 """Shared fixtures. Tests never touch the network: a hub call must fail fast, not hang."""
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,3 +52,30 @@ def make_tiny_model(path):
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+# The real run that tests/test_faults.py and tests/test_resume.py break (a reward raising, a full disk, kill -9,
+# Ctrl-C) and resume: 16-bit weights (bit-exact resume), 3 steps, small groups, a reward that can fail on demand
+# (constant 0 otherwise: no change to training). Each such run is ~20 s on 2 quiet cores.
+FAULT_RUN = ["--quick-test", "--no-4bit", "--max-steps", "3", "--seed", "7", "--disable-generation-logging",
+             "--set", "per_device_train_batch_size=4", "--set", "num_generations=2", "--set", "save_total_limit=0",
+             "--set", "max_eval_samples=4", "--reward", "tests.fixtures.flaky_rewards:flaky"]
+
+
+def fault_run(out, *extra, env=None, popen=False):
+    """FAULT_RUN into `out` as a child process (Popen with `popen`, else the finished CompletedProcess)."""
+    command = [sys.executable, "train_grpo.py", *FAULT_RUN, "--output-dir", str(out), *extra]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    if popen:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def straight(tmp_path_factory):
+    """FAULT_RUN uninterrupted: what every broken and resumed one must end like (tests/test_faults.py and
+    tests/test_resume.py share it)."""
+    out = tmp_path_factory.mktemp("straight") / "run"
+    result = fault_run(out, "--set", "save_steps=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out

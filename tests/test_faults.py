@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from conftest import fault_run as _cli
 
 from config.errors import UsageError
 from grpokit.checkpoints import (
@@ -307,34 +308,10 @@ def test_generation_logging_lets_a_reward_error_through(tmp_path):
 
 # ---- real faults in real runs ----------------------------------------------------------------------------------------
 
-# 16-bit weights (bit-exact resume), 2 steps, small groups: each run ~30-60 s on 2 quiet cores.
-QUICK = ["--quick-test", "--no-4bit", "--max-steps", "2", "--seed", "7", "--disable-generation-logging",
-         "--set", "per_device_train_batch_size=4", "--set", "num_generations=2", "--set", "save_total_limit=0",
-         "--set", "max_eval_samples=4",
-         "--reward", "tests.fixtures.flaky_rewards:flaky"]
-
-
-def _cli(out, *extra, env=None, popen=False):
-    command = [sys.executable, "train_grpo.py", *QUICK, "--output-dir", str(out), *extra]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
-    if popen:
-        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-
-
-@pytest.fixture(scope="module")
-def straight(tmp_path_factory):
-    """The uninterrupted run every faulty one must end like."""
-    out = tmp_path_factory.mktemp("straight") / "run"
-    result = _cli(out, "--set", "save_steps=0")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
-
-
 def _assert_ends_like(out, straight):
     from safetensors.torch import load_file
 
-    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
     a, b = load_file(straight / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors")
     assert a.keys() == b.keys()
     assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) <= 1e-6
@@ -377,7 +354,7 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_resumes(tmp
         failed = _cli(out, "--set", "save_steps=1")
         assert failed.returncode == EXIT_CODES["run_failed"], failed.stderr[-3000:]
         assert "Traceback (most recent" not in failed.stderr
-        assert "this run writes up to 2 more checkpoints" in failed.stderr  # the warning at start
+        assert "this run writes up to 3 more checkpoints" in failed.stderr  # the warning at start
         (line,) = _fault_lines(failed.stderr)
         print(line)
         assert "disk full writing checkpoint-2/" in line and "MB free" in line and "set aside as" in line

@@ -2,20 +2,13 @@
 
 import json
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import fault_run
 
 from config.errors import UsageError
 from grpokit.checkpoints import COMPLETE, MANIFEST, build_manifest, check_resume, finish_checkpoint
-
-# 16-bit weights: bit-exact resume. With bitsandbytes 4-bit on CPU the first resumed step can sample one token
-# differently (measured: adapters 2.7e-4 apart after 4 steps); see README "Checkpoints and resume".
-QUICK = ["--quick-test", "--no-4bit", "--max-steps", "4", "--seed", "7", "--set", "save_steps=1", "--set", "save_total_limit=0",
-         "--disable-generation-logging", "--set", "max_eval_samples=4"]
 
 
 def _fake_checkpoint(path, manifest=None, base="/cache/smollm2-135m-instruct"):
@@ -75,36 +68,30 @@ def test_bad_checkpoints_exit_2_and_write_nothing(cli, tmp_path):
     assert not out.exists()
 
 
-def _run(out, *extra):
-    return subprocess.run([sys.executable, "train_grpo.py", *QUICK, "--output-dir", str(out), *extra], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
-
-
 @pytest.mark.slow
-def test_sigint_then_resume_latest_matches_the_uninterrupted_run(tmp_path):
+def test_sigint_then_resume_latest_matches_the_uninterrupted_run(tmp_path, straight):
+    """Ctrl-C mid-run, then `--resume-from-checkpoint latest`: the same adapter and logged steps as the uninterrupted
+    run (conftest.FAULT_RUN: 16-bit weights, bit-exact on resume; with bitsandbytes 4-bit on CPU the first resumed
+    step can sample one token differently, see README "Checkpoints and resume")."""
     from safetensors.torch import load_file
 
-    straight = _run(tmp_path / "straight")
-    assert straight.returncode == 0, straight.stderr[-2000:]
-
     out = tmp_path / "interrupted"
-    proc = subprocess.Popen([sys.executable, "train_grpo.py", *QUICK, "--output-dir", str(out)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = fault_run(out, "--set", "save_steps=1", popen=True)
     deadline = time.time() + 600
     while not (out / "checkpoint-1" / "trainer_state.json").exists() and time.time() < deadline:
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)  # during step 2: it finishes, is saved, and the run stops
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 130, stderr[-2000:]
     assert "--resume-from-checkpoint" in stderr  # says how to resume
     stopped_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
-    assert 1 <= stopped_at < 4
+    assert 1 <= stopped_at < 3
     assert not (out / "adapter_model.safetensors").exists()  # no final adapter for an unfinished run
 
-    resumed = _run(out, "--resume-from-checkpoint", "latest")
+    resumed = fault_run(out, "--set", "save_steps=1", "--resume-from-checkpoint", "latest")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
-    a, b = load_file(tmp_path / "straight" / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors")
+    a, b = load_file(straight / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors")
     assert a.keys() == b.keys()
     assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) <= 1e-6
 
@@ -112,9 +99,9 @@ def test_sigint_then_resume_latest_matches_the_uninterrupted_run(tmp_path):
         return {h["step"]: h for h in json.loads((path / "trainer_state.json").read_text())["log_history"]
                 if "reward" in h}
 
-    h_straight, h_resumed = history(tmp_path / "straight"), history(out)
-    assert sorted(h_resumed) == [1, 2, 3, 4]
-    for step in range(stopped_at + 1, 5):  # the steps trained after the resume point
+    h_straight, h_resumed = history(straight), history(out)
+    assert sorted(h_resumed) == [1, 2, 3]
+    for step in range(stopped_at + 1, 4):  # the steps trained after the resume point
         for key in ("reward", "learning_rate", "loss", "completions/mean_length"):
             assert h_resumed[step][key] == pytest.approx(h_straight[step][key], abs=1e-6), (step, key)
     assert (out / f"checkpoint-{stopped_at}" / MANIFEST).exists()
