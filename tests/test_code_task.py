@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 def test_code_generation_preset_runs_end_to_end(tmp_path):
     out = tmp_path / "code"
     # one step on the shorter HumanEval prompts: the whole code path, at a third of the preset's time
-    result = run_cli("--preset", "code_generation_cpu", "--output-dir", str(out), "--generation-threads", "1",
+    result = run_cli("--preset", "code_generation_cpu", "--output-dir", str(out),
                      "--max-steps", "1", "--set", "max_prompt_length=256", "--set", "max_completion_length=48")
     assert result.returncode == 0, result.stderr[-3000:]
     # the group-median baseline reached the trainer (it logs baseline/mean whenever a baseline other than TRL's runs)
