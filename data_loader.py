@@ -750,9 +750,12 @@ def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samp
                 dataset, dataset_path or (spec.packaged() if spec.packaged else ""), spec, max_samples,
                 max_eval_samples, eval_fraction, seed)
         elif dataset_path or spec.packaged:
-            dataset_path = dataset_path or spec.packaged()
+            shown = dataset_path
+            if not dataset_path:  # the packaged copy: its package, not a site-packages path that wraps the header
+                dataset_path = spec.packaged()
+                shown = f"{Path(dataset_path).name} in the installed {Path(dataset_path).parent.parent.name} package"
             raw = _load_local(Path(dataset_path), spec)
-            report = DatasetReport(source=f"{dataset} from {dataset_path}", format=spec.kind)
+            report = DatasetReport(source=f"{dataset} from {shown}", format=spec.kind)
             if train_split not in raw:
                 if len(raw) == 1:
                     train_split = next(iter(raw))
