@@ -480,7 +480,7 @@ def print_summary(summary: dict[str, Any], console=None) -> None:
                       f"{greedy['baseline_step']} -> {greedy['final']:.3f} at step {greedy['final_step']}")
         if "improved" in greedy:
             compared = greedy["improved"] + greedy["worse"] + greedy["same"]
-            verdict += (f": improved on {greedy['improved']}, worse on {greedy['worse']}, same on {greedy['same']} "
+            verdict += (f": better on {greedy['improved']}, worse on {greedy['worse']}, same on {greedy['same']} "
                         f"of {compared} prompts")
         console.print(verdict if greedy["held_out"] else f"{verdict} (no held-out split: these were trained on)")
         for key in sorted(k for k in greedy if k.startswith("pass@")):

@@ -269,7 +269,7 @@ def test_print_header_and_summary(monkeypatch):
     flat = " ".join(text.split())  # the test console wraps at its width; a terminal's soft_wrap does not
     assert "train reward (sampled): first step 0.000 -> last step 0.375" in flat
     assert "greedy reward on 8 held-out prompts: 0.625 at step 0 -> 0.750 at step 4" in text
-    assert "improved: improved on 2, worse on 1, same on 5 of 8 prompts" in text
+    assert "improved: better on 2, worse on 1, same on 5 of 8 prompts" in text
     assert max(len(line) for line in text.splitlines() if "─" not in line) <= 80  # whole at 80 columns (the rule
     # spans the terminal)
     assert "report: /tmp/run/report.html" in flat

@@ -52,7 +52,7 @@ def test_run_exits_0_and_prints_a_summary(multi_run):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "GRPO run finished" in result.stderr
     assert "held-out prompts: " in result.stderr and " at step 0 -> " in result.stderr
-    assert re.search(r"improved on \d+, worse on \d+, same on \d+ of 3 prompts", result.stderr), result.stderr[-2000:]
+    assert re.search(r"better on \d+, worse on \d+, same on \d+ of 3 prompts", result.stderr), result.stderr[-2000:]
 
 
 def test_adapter_trained_and_base_weights_untouched(multi_run):
