@@ -8,13 +8,13 @@ sequence. Logits are read with `llama_get_logits_ith` and sampled in numpy (samp
 log-prob and seeded, reproducible samples. The model file is mmapped (no copy of the weights in Python); the LoRA
 is a few MB.
 
-One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits and upcasts them per
-matmul (Unsloth's bf16-stored Linear, see model_loader.frozen_weights_in_bf16), `share_weights` points them at the
-f16 tensors in llama.cpp's own read-only mapping of the GGUF, after checking each one holds the same values (Llama's
-q/k in the GGUF's row order, their outputs reordered back by a forward hook); the trainer's mmapped checkpoint is
-then released. `unshare_weights` (before a merge, and before the engine frees its
-model) gives the trainer its own copies back: nothing may write into a read-only mapping. Between generations,
-`release_idle_pages` drops the tensors only the engine reads from the resident set.
+One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits (Unsloth's bf16-stored
+Linear, which upcasts them per matmul, see model_loader.frozen_weights_in_bf16; or, on a CPU with bf16 units, plain
+bf16 / NF4-rounded f16 ones), `share_weights` points them at the f16 tensors in llama.cpp's own read-only mapping of
+the GGUF, after checking each one holds the same values (Llama's q/k in the GGUF's row order, their outputs reordered
+back by a forward hook); the trainer's mmapped checkpoint is then released. `unshare_weights` (before a merge, and
+before the engine frees its model) gives the trainer its own copies back: nothing may write into a read-only mapping.
+Between generations, `release_idle_pages` drops the tensors only the engine reads from the resident set.
 """
 
 from __future__ import annotations
@@ -119,6 +119,30 @@ def _whole_pages(tensors) -> list[tuple[int, int]]:
     return ranges
 
 
+def _off_checkpoint_mappings(model) -> int:
+    """Give every tensor of `model` that still views a mapped safetensors checkpoint its own copy; returns how many.
+
+    Once its projections view the engine's GGUF, the checkpoint's mapping (whose resident pages hold those
+    projections a second time) goes only when nothing else views it. On a CPU without bf16 units Unsloth has already
+    upcast everything else to float32 copies; with bf16 units the embeddings and norms are still bf16 views of it."""
+    try:
+        maps = open("/proc/self/maps").read().splitlines()
+    except OSError:
+        return 0
+    ranges = []
+    for line in maps:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].endswith(".safetensors"):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            ranges.append((start, end))
+    copied = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if any(start <= tensor.data_ptr() < end for start, end in ranges):
+            tensor.data = tensor.data.clone()
+            copied += 1
+    return copied
+
+
 class LlamaCppEngine:
     name = "llama_cpp"
 
@@ -141,6 +165,7 @@ class LlamaCppEngine:
         self.weights = "the weights in the GGUF"  # what it samples from (from_model_dir says which)
         self._shared: list = []  # trainer modules whose weight is a view of this engine's mapping
         self._own_dtype: dict = {}  # their weight's dtype before sharing (unshare_weights gives it back)
+        self._own_class: dict = {}  # those of them that were plain Linear before sharing (ditto)
         self._reordered: dict = {}  # those of them viewed in the GGUF's row order -> (HF order, their output hook)
         self._map_tensors()  # and _idle_pages: (address, length) of mapped weights only the engine reads
         self.pushes = 0
@@ -213,8 +238,10 @@ class LlamaCppEngine:
     def share_weights(self, model) -> int:
         """Make the trainer's frozen 16-bit projections views of the engine's f16 tensors; returns how many.
 
-        Only Unsloth's bf16-stored Linear qualifies (it upcasts its weight per matmul, whatever its 16-bit dtype: bf16
-        as loaded, or f16 where a 4-bit run rounded it through NF4); each candidate must hold the same values (f16
+        Frozen projections with a 16-bit weight qualify: Unsloth's bf16-stored Linear (a CPU without bf16 units: it
+        upcasts its weight per matmul, whatever its 16-bit dtype: bf16 as loaded, or f16 where a 4-bit run rounded it
+        through NF4), and plain Linear ones (a CPU with bf16 units, where the model computes in bf16: they become
+        bf16-stored Linear, casting the f16 view to the input's dtype); each candidate must hold the same values (f16
         keeps every bf16 value down to 2^-24; NF4-rounded weights are exported from their f16 values). Where llama.cpp's
         converter reordered the rows (Llama's q/k: HF's rotary layout -> GGML's), the view is taken in GGUF order and
         a forward hook puts the projection's outputs back in HF order (an index_select on the activations). Unshared
@@ -227,9 +254,16 @@ class LlamaCppEngine:
             return 0
         from grpokit.gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE, SUPPORTED_ARCHITECTURES, permute_rows
 
+        def projection(name):
+            match = PROJECTION_MODULE.search(name)
+            return bool(match) and match.group(2) in LORA_TENSOR_NAMES
+
+        # Unsloth's bf16-stored Linear (a CPU without bf16 units: float32 compute), and plain Linear projections whose
+        # 16-bit weight the model computes with as it is (a CPU with bf16 units: bf16 weights, or f16 NF4-rounded
+        # ones cast per matmul under TRL's bf16 autocast)
         candidates = [(name, module) for name, module in model.named_modules()
-                      if isinstance(module, Bf16StoredLinear) and module.weight.dtype in (torch.bfloat16, torch.float16)
-                      and not module.weight.requires_grad]
+                      if (type(module) is Bf16StoredLinear or (type(module) is torch.nn.Linear and projection(name)))
+                      and module.weight.dtype in (torch.bfloat16, torch.float16) and not module.weight.requires_grad]
         if not candidates or not self._tensors:
             return 0
         permuted = SUPPORTED_ARCHITECTURES.get(self.architecture, ("", False))[1]
@@ -256,6 +290,11 @@ class LlamaCppEngine:
                 shared_names.add(tensor)
                 self._shared.append(module)
                 self._own_dtype[module] = weight.dtype
+                if type(module) is torch.nn.Linear:
+                    # the f16 view is cast to the input's dtype per matmul (bit-exact for a bf16 weight that passed
+                    # the check above), and only the view is kept for the backward, not a cast copy
+                    module.__class__ = Bf16StoredLinear
+                    self._own_class[module] = torch.nn.Linear
                 if rows is not None:
                     order = torch.argsort(rows)  # HF output j = GGUF output order[j]
                     self._reordered[module] = (order, module.register_forward_hook(
@@ -265,6 +304,7 @@ class LlamaCppEngine:
             module.weight = torch.nn.Parameter(view, requires_grad=False)
         self._idle_pages = _whole_pages(t for name, t in self._tensors.items() if name not in shared_names)
         if self._shared:
+            _off_checkpoint_mappings(model)
             shared_bytes = sum(self._tensors[name][1] for name in shared_names)
             log.info("llama_cpp engine: the trainer computes with the engine's copy of %d of %d frozen projections "
                      "(%.0f MB not held twice)", len(self._shared), len(candidates), shared_bytes / 2**20,
@@ -284,6 +324,7 @@ class LlamaCppEngine:
                 weight = weight.index_select(0, order)
             own = weight.to(self._own_dtype.pop(module, torch.bfloat16), copy=True)
             module.weight = torch.nn.Parameter(own, requires_grad=False)
+            module.__class__ = self._own_class.pop(module, type(module))
         self._shared = []
         self._idle_pages = _whole_pages(self._tensors.values())
 

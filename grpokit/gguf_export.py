@@ -140,13 +140,15 @@ def quantized_weights(model) -> dict:
 
 
 def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
-    """The f16 GGUF of the weights a 4-bit trainer computes with: every NF4 layer dequantised (fp32, then f16), or,
-    for a model whose 16-bit weights were rounded through NF4 (model_loader.round_through_nf4), those weights.
+    """The f16 GGUF of the weights a 4-bit trainer computes with: every NF4 layer dequantised (to its compute dtype,
+    then f16), or, for a model whose 16-bit weights were rounded through NF4 (model_loader.round_through_nf4), those
+    weights.
 
     Sampling from the original weights instead costs ~0.57 nats per token of sampler/trainer mismatch on SmolLM2;
     dequantised, it is f16 rounding. NF4 quantisation is deterministic, so the export is cached by the model's
     identity plus the quantisation settings; both kinds of model give the same file (the same NF4 round trip of the
-    same checkpoint values, rounded to f16 once). The temporary fp32 copy (2x the model on disk) is removed after."""
+    same checkpoint values in the same compute dtype, then f16). The temporary fp32 copy (2x the model on disk) is
+    removed after."""
     import torch
     from bitsandbytes.functional import dequantize_4bit
     from safetensors.torch import save_file
@@ -157,7 +159,8 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
     quantized = quantized_weights(model)
     if quantized:
         state = next(iter(quantized.values())).quant_state
-        settings = f"{state.quant_type}-b{state.blocksize}-dq{int(state.nested)}"
+        settings = f"{state.quant_type}-b{state.blocksize}-dq{int(state.nested)}" + \
+            ("-bf16" if state.dtype == torch.bfloat16 else "")  # dequantised to bf16: rounded there first
     else:
         settings = nf4_rounding(model)
     target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}-{settings}.f16.gguf"

@@ -253,11 +253,16 @@ def _prequantized(path: str) -> bool:
     return re.search(r"-(bnb|unsloth-bnb)-4bit$", str(path).rstrip("/"), re.IGNORECASE) is not None
 
 
-def round_through_nf4(model) -> int:
+def round_through_nf4(model, shared_f16: bool) -> int:
     """Replace the weight of every Linear layer bitsandbytes would quantise (Unsloth's skip list: the LM head,
     routers, vision towers stay 16-bit) by its NF4 round trip: quantize_4bit -> dequantize_4bit, with the settings
-    of the 4-bit path. The values are stored in float16 (f16 holds them to 2^-11 relative, bf16 only to 2^-8) where
-    the layer was 16-bit, else in the layer's own dtype. Returns how many layers were rounded."""
+    of the 4-bit path, rounded to the dtype the model computes in as bitsandbytes' dequantisation is (bf16 on a CPU
+    with bf16 units: bit-identical to its values there; float32 without them).
+
+    Storage: `shared_f16` (the llama_cpp engine, whose f16 tensors the trainer then shares, see
+    engine_llama_cpp.share_weights) keeps a 16-bit layer's values in float16: f16 holds float32 ones to 2^-11
+    relative (bf16 only to 2^-8) and bf16 ones exactly, so the trainer's per-matmul cast gives the rounded values
+    back. Otherwise each layer keeps its own dtype. Returns how many layers were rounded."""
     import torch
     from bitsandbytes.functional import dequantize_4bit, quantize_4bit
     from transformers.quantizers.quantizers_utils import should_convert_module
@@ -267,6 +272,7 @@ def round_through_nf4(model) -> int:
     except ImportError:
         skip = ["lm_head"]
     head = model.get_output_embeddings()
+    compute = model.get_input_embeddings().weight.dtype  # float32, or bf16 on a CPU with bf16 units
     rounded = 0
     with torch.no_grad():
         for name, module in model.named_modules():
@@ -275,13 +281,17 @@ def round_through_nf4(model) -> int:
             weight = module.weight
             packed, state = quantize_4bit(weight.float(), blocksize=NF4_BLOCKSIZE, compress_statistics=True,
                                           quant_type="nf4")
-            rounded_weight = dequantize_4bit(packed, state)
+            rounded_weight = dequantize_4bit(packed, state).to(compute)
             if weight.dtype in (torch.bfloat16, torch.float16):
-                module.weight = torch.nn.Parameter(rounded_weight.to(torch.float16), requires_grad=False)
+                stored = rounded_weight.to(torch.float16) if shared_f16 else rounded_weight.to(weight.dtype)
+                if not bool(torch.isfinite(stored).all()):  # beyond f16's range: keep the compute dtype
+                    stored = rounded_weight
+                module.weight = torch.nn.Parameter(stored, requires_grad=False)
             else:  # in place: a new float32 tensor per layer left the old ones' heap pages behind (+430 MB peak RSS)
                 weight.data.copy_(rounded_weight)
             rounded += 1
-    setattr(model, NF4_ROUNDED, f"nf4-b{NF4_BLOCKSIZE}-dq1")
+    # the settings, and the rounding: an export of these values (gguf_export.dequantized_gguf) is cached by them
+    setattr(model, NF4_ROUNDED, f"nf4-b{NF4_BLOCKSIZE}-dq1" + ("-bf16" if compute == torch.bfloat16 else ""))
     return rounded
 
 
@@ -339,7 +349,7 @@ def load_model(config, backend: str, engine: str = "transformers", plan=None):
             with frozen_weights_in_bf16(config, engine, cuda), _stdout_to_log("unsloth"):
                 model, tokenizer = FastLanguageModel.from_pretrained(path, **kwargs)
             if nf4:
-                rounded = round_through_nf4(model)
+                rounded = round_through_nf4(model, shared_f16=engine == "llama_cpp")
                 log.info("4-bit on CPU: %d projections rounded through NF4, computed in 16 bits", rounded,
                          extra={"file_only": True})
             model = FastLanguageModel.get_peft_model(
