@@ -119,30 +119,6 @@ def _whole_pages(tensors) -> list[tuple[int, int]]:
     return ranges
 
 
-def _off_checkpoint_mappings(model) -> int:
-    """Give every tensor of `model` that still views a mapped safetensors checkpoint its own copy; returns how many.
-
-    Once its projections view the engine's GGUF, the checkpoint's mapping (whose resident pages hold those
-    projections a second time) goes only when nothing else views it. On a CPU without bf16 units Unsloth has already
-    upcast everything else to float32 copies; with bf16 units the embeddings and norms are still bf16 views of it."""
-    try:
-        maps = open("/proc/self/maps").read().splitlines()
-    except OSError:
-        return 0
-    ranges = []
-    for line in maps:
-        fields = line.split(None, 5)
-        if len(fields) == 6 and fields[5].endswith(".safetensors"):
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            ranges.append((start, end))
-    copied = 0
-    for tensor in [*model.parameters(), *model.buffers()]:
-        if any(start <= tensor.data_ptr() < end for start, end in ranges):
-            tensor.data = tensor.data.clone()
-            copied += 1
-    return copied
-
-
 class LlamaCppEngine:
     name = "llama_cpp"
 
@@ -253,6 +229,7 @@ class LlamaCppEngine:
         except ImportError:
             return 0
         from grpokit.gguf_export import LORA_TENSOR_NAMES, PROJECTION_MODULE, SUPPORTED_ARCHITECTURES, permute_rows
+        from grpokit.model_loader import off_checkpoint_mapping
 
         def projection(name):
             match = PROJECTION_MODULE.search(name)
@@ -304,7 +281,9 @@ class LlamaCppEngine:
             module.weight = torch.nn.Parameter(view, requires_grad=False)
         self._idle_pages = _whole_pages(t for name, t in self._tensors.items() if name not in shared_names)
         if self._shared:
-            _off_checkpoint_mappings(model)
+            # the checkpoint's mapping holds these projections a second time; on a CPU without bf16 units Unsloth has
+            # already upcast everything else to float32 copies, with them the embeddings and norms still view it
+            off_checkpoint_mapping(model)
             shared_bytes = sum(self._tensors[name][1] for name in shared_names)
             log.info("llama_cpp engine: the trainer computes with the engine's copy of %d of %d frozen projections "
                      "(%.0f MB not held twice)", len(self._shared), len(candidates), shared_bytes / 2**20,

@@ -290,9 +290,32 @@ def round_through_nf4(model, shared_f16: bool) -> int:
             else:  # in place: a new float32 tensor per layer left the old ones' heap pages behind (+430 MB peak RSS)
                 weight.data.copy_(rounded_weight)
             rounded += 1
+    if not shared_f16:  # the replaced 16-bit weights' pages (a mapped checkpoint) go; with llama_cpp, once shared
+        off_checkpoint_mapping(model)
     # the settings, and the rounding: an export of these values (gguf_export.dequantized_gguf) is cached by them
     setattr(model, NF4_ROUNDED, f"nf4-b{NF4_BLOCKSIZE}-dq1" + ("-bf16" if compute == torch.bfloat16 else ""))
     return rounded
+
+
+def off_checkpoint_mapping(model) -> int:
+    """Give every tensor of `model` that still views a mapped safetensors checkpoint its own copy, so that the mapping
+    (and its resident pages) can go once the weights it held were replaced; returns how many were copied."""
+    try:
+        maps = open("/proc/self/maps").read().splitlines()
+    except OSError:
+        return 0
+    ranges = []
+    for line in maps:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].endswith(".safetensors"):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            ranges.append((start, end))
+    copied = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if any(start <= tensor.data_ptr() < end for start, end in ranges):
+            tensor.data = tensor.data.clone()
+            copied += 1
+    return copied
 
 
 def nf4_rounding(model) -> str | None:
