@@ -401,21 +401,35 @@ class BestCheckpoint(TrainerCallback):
             self.path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
+# A run stops when this many groups in a row, from its first step, all had identical rewards (and at least
+# NO_SIGNAL_STEPS steps did). Counted in groups, not steps: a quick test's 2 groups per step are all-zero for 3 steps
+# running on a weak start often enough (1 of 5 seeds on a bf16 machine) to stop a run that then learns; a reward
+# that succeeds on 10 % of completions leaves a group of 4 flat with p = 0.9^4 + 0.1^4 = 0.66, so 32 flat groups in a
+# row are a 1-in-700000 event for it, and a reward that cannot score is still caught within a few steps of a normal
+# batch.
+NO_SIGNAL_GROUPS = 32
 NO_SIGNAL_STEPS = 3
 
 
 class NoLearningSignal(UsageError):
-    """Every group had identical rewards for the first NO_SIGNAL_STEPS steps (or every reward was None)."""
+    """Every group had identical rewards for the first NO_SIGNAL_GROUPS groups (or every reward was None)."""
 
 
 class LearningSignalCheck(TrainerCallback):
     """Stops a run that cannot learn instead of reporting it as a normal run. TRL logs `frac_reward_zero_std` (the
     share of groups whose completions all scored the same) and NaN reward means when every value was None."""
 
-    def __init__(self, patience: int = NO_SIGNAL_STEPS):
-        self.patience = patience
+    def __init__(self, groups: int = NO_SIGNAL_GROUPS):
+        self.groups = groups
+        self.patience = NO_SIGNAL_STEPS
         self.flat_steps = 0
         self.first_step: int | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # groups scored per optimizer step: every rank's batch over the accumulation steps, num_generations each
+        completions = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        per_step = max(1, completions // max(1, getattr(args, "num_generations", None) or 1))
+        self.patience = max(NO_SIGNAL_STEPS, -(-self.groups // per_step))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "frac_reward_zero_std" not in logs or any(k.startswith("eval_") for k in logs):

@@ -38,6 +38,11 @@ _HARMLESS_LOG_RECORDS = [
     # torch 2.13 deprecates register_constant() on Enums; torchao's float8 module still calls it at import time
     # (KernelPreference, ScaleCalculationMode). torch's own logging handler prints these as "W1122 ... _pytree.py".
     ("torch.utils._pytree", r"is an Enum subclass and is now natively supported"),
+    # bitsandbytes on a CPU with AVX512-BF16 tries to fetch a faster 4-bit gemm from the Hugging Face `kernels`
+    # package (not installed: it downloads kernels at run time) and logs a 220-column line at import when it cannot.
+    # Its own 4-bit gemm still runs, and a 4-bit run on a CPU does not use bitsandbytes' matmuls anyway (NF4-rounded
+    # weights computed in 16 bits, model_loader.nf4_in_16bit).
+    ("bitsandbytes.backends.cpu.ops", r"^Failed to load CPU gemm_4bit_forward from kernels-community"),
 ]
 
 # (category, message regex, module regex) for warnings.filterwarnings.

@@ -241,7 +241,7 @@ def handle_fault(trainer, watch: FaultWatch, err: Exception, verbose: bool = Fal
         work = f"{note}No step had completed, so there is nothing to resume: fix the cause and run again."
     where = f" Full error: {log_file}." if log_file and not verbose else ""
     code = EXIT_CODES["bad_input"] if isinstance(err, UsageError) else EXIT_CODES["run_failed"]
-    return RunFailed(f"Run failed {details}. {work}{where}", code, saved)
+    return RunFailed(f"Run failed {details.rstrip('.')}. {work}{where}", code, saved)
 
 
 def checkpoint_step_of(path: Path) -> str:

@@ -87,3 +87,36 @@ def test_best_metric_missing_from_the_first_evaluation_lists_the_available_ones(
     named.on_save(None, state, None)
     assert json.loads((tmp_path / "best_checkpoint.json").read_text()) == {
         "checkpoint": str(tmp_path / "checkpoint-3"), "step": 3, "metric": "rewards/accuracy/mean", "value": 0.5}
+
+
+@pytest.mark.parametrize("batch,accumulation,patience", [(8, 1, 16), (8, 4, 4), (64, 1, 3)])
+def test_the_no_signal_check_counts_groups_not_steps(tmp_path, batch, accumulation, patience):
+    """A run stops once 32 groups in a row from its start (and at least 3 steps) had identical rewards: the quick
+    test's 2 groups per step get 16 steps, more than it runs, so a weak start does not stop it; a big batch stops
+    after 3. Once a step had signal, later flat steps are only a metric. No reward at all stops at once."""
+    from transformers import TrainerState
+    from trl import GRPOConfig
+
+    from grpokit.callbacks import LearningSignalCheck, NoLearningSignal
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=batch, num_generations=4,
+                      gradient_accumulation_steps=accumulation, use_cpu=True, report_to=[])
+    check, state = LearningSignalCheck(), TrainerState()
+    check.on_train_begin(args, state, None)
+    flat = {"reward": 0.0, "frac_reward_zero_std": 1.0}
+    for step in range(1, patience):
+        state.global_step = step
+        check.on_log(args, state, None, logs=flat)
+    state.global_step = patience
+    with pytest.raises(NoLearningSignal, match=f"^steps 1-{patience}: every group's completions got identical "
+                                               r"rewards, so GRPO has nothing to learn from \(all advantages are 0\)"):
+        check.on_log(args, state, None, logs=flat)
+
+    learned = LearningSignalCheck()
+    learned.on_train_begin(args, state, None)
+    learned.on_log(args, state, None, logs={"reward": 0.5, "frac_reward_zero_std": 0.5})
+    for _ in range(3 * patience):
+        learned.on_log(args, state, None, logs=flat)  # no error: the run had signal
+
+    with pytest.raises(NoLearningSignal, match="every reward was None"):
+        LearningSignalCheck().on_log(args, state, None, logs={"reward": float("nan"), "frac_reward_zero_std": 1.0})
