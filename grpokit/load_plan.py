@@ -68,9 +68,13 @@ def cpu_bf16() -> bool:
     backend asks the same, unsloth_zoo/cpu/runtime.py cpu_bf16_supported, and so trains in float32 without it).
     Without them torch emulates every bf16 matmul: a transformers-backend quick-test step took 32 s under TRL's
     default bf16 autocast on a 2-core AVX2 machine, ~3 s in float32. No /proc/cpuinfo to read: True (TRL's
-    default is kept)."""
+    default is kept). Unsloth's override, UNSLOTH_CPU_BF16=0/1, is read first, so that the plan and Unsloth agree."""
+    import os
     import platform
 
+    override = os.environ.get("UNSLOTH_CPU_BF16", "").strip().lower()
+    if override in ("0", "false", "no", "off", "1", "true", "yes", "on"):
+        return override in ("1", "true", "yes", "on")
     try:
         with open("/proc/cpuinfo") as info:
             flags = next((line.split(":", 1)[1].split() for line in info

@@ -163,7 +163,7 @@ def test_precision_follows_the_card(recorded, machine, dtype, bf16, fp16):
     assert (kwargs["bf16"], kwargs["fp16"]) == (bf16, fp16)
 
 
-def test_cpu_precision_follows_the_bf16_units():
+def test_cpu_precision_follows_the_bf16_units(monkeypatch):
     """A CPU with bf16 units keeps TRL's default (bf16 autocast); one without trains in float32, as Unsloth's CPU
     backend does, instead of emulating every bf16 matmul. A user's own --set bf16 is kept."""
     from grpokit.load_plan import cpu_bf16
@@ -178,9 +178,17 @@ def test_cpu_precision_follows_the_bf16_units():
     assert without.dtype == "float32" and kwargs["bf16"] is False and kwargs["fp16"] is False
     asked = _config(backend="transformers", overrides=["bf16=true"])
     assert grpo_config_kwargs(asked, has_eval=False, reward_weights=None, plan=without)["bf16"] is True
+    monkeypatch.delenv("UNSLOTH_CPU_BF16", raising=False)
     if platform.machine() == "x86_64":  # this machine's own answer
         flags = open("/proc/cpuinfo").read()
         assert cpu_bf16() == (" avx512_bf16" in flags or " amx_bf16" in flags)
+    try:
+        for value, units in (("0", False), ("off", False), ("1", True)):  # Unsloth's override: the plan follows it
+            monkeypatch.setenv("UNSLOTH_CPU_BF16", value)
+            cpu_bf16.cache_clear()  # read once per process
+            assert cpu_bf16() is units
+    finally:
+        cpu_bf16.cache_clear()
 
 
 def test_bf16_asked_for_on_a_t4_is_refused_by_check_run_before_anything_loads(monkeypatch, tmp_path):
