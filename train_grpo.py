@@ -245,6 +245,8 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         trainer.claim_output_dir(resume=resume_from is not None)  # lock + a clean directory, before the log opens
     if is_main_process():
         add_file_logging(out / TRAINING_LOG)
+        for notice in trainer.notices:  # said on the console before the log file opened (claim_output_dir)
+            log.info("%s", notice, extra={"file_only": True})
     if eval_only:
         result = trainer.evaluate_adapter(resume_from)
         if is_main_process():

@@ -79,6 +79,8 @@ def test_the_same_command_again_starts_clean_with_its_own_baseline(story_dir):
     assert json.loads((previous[0] / "metrics_summary.json").read_text()) == before
     assert state["global_step"] == 1 and not (story_dir / "checkpoint-2").exists()
     assert "earlier run's files moved to previous_runs/" in result.stderr
+    # and the new run's own log says so too, though it was said before that log opened
+    assert (story_dir / "grpo_training.log").read_text().count("earlier run's files moved to previous_runs/") == 1
 
 
 @pytest.mark.slow
