@@ -33,7 +33,6 @@ from config.schema import (
     field_help,
 )
 from grpokit.console import (
-    add_file_logging,
     console_handler,
     is_main_process,
     print_eval_only,
@@ -41,7 +40,6 @@ from grpokit.console import (
     quiet_third_party,
     whole_option_names_in_help,
 )
-from grpokit.run_dir import TRAINING_LOG
 
 log = logging.getLogger("grpo")
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="rich")
@@ -243,10 +241,7 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     else:
         trainer.check_schedule()
         trainer.claim_output_dir(resume=resume_from is not None)  # lock + a clean directory, before the log opens
-    if is_main_process():
-        add_file_logging(out / TRAINING_LOG)
-        for notice in trainer.notices:  # said on the console before the log file opened (claim_output_dir)
-            log.info("%s", notice, extra={"file_only": True})
+    trainer.open_run_log()  # with the notices said before it opened (claim_output_dir's set-aside)
     if eval_only:
         result = trainer.evaluate_adapter(resume_from)
         if is_main_process():

@@ -530,11 +530,58 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def add_file_logging(path) -> None:
-    """The run's log lines also go to grpo_training.log (appended: a resumed run continues the same file)."""
-    handler = logging.FileHandler(path, encoding="utf-8")
+def add_file_logging(path):
+    """The run's log lines also go to grpo_training.log (appended: a resumed run continues the same file). Returns
+    a function that closes it again, or None where that file already takes them (the CLI opens it before the API's
+    train()).
+
+    The file gets every detail (DEBUG), as the CLI's does. Where nobody configured the "grpo" logger (the Python
+    API), that means lowering its level for the run; its records then reach the caller's own handlers (or Python's
+    last resort) through a forwarder at the level they got before, so the caller sees no more than without the file.
+    """
+    target = os.path.abspath(path)
+    logger = logging.getLogger("grpo")
+    if any(isinstance(h, logging.FileHandler) and h.baseFilename == target for h in logger.handlers):
+        return None
+    handler = logging.FileHandler(target, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logging.getLogger("grpo").addHandler(handler)
+    logger.addHandler(handler)
+    level, propagate, forward = logger.level, logger.propagate, None
+    if logger.getEffectiveLevel() > logging.DEBUG:
+        forward = _ToParents(logger, logger.getEffectiveLevel() if propagate else logging.CRITICAL + 1)
+        logger.addHandler(forward)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+
+    def close() -> None:
+        logger.removeHandler(handler)
+        handler.close()
+        if forward is not None:
+            logger.removeHandler(forward)
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+    return close
+
+
+class _ToParents(logging.Handler):
+    """What propagation did for `logger`'s records, for those at `level` and above: its ancestors' handlers, each
+    at its own level, or Python's last-resort handler where none has any (logging.Logger.callHandlers)."""
+
+    def __init__(self, logger: logging.Logger, level: int):
+        super().__init__(level)
+        self.logger = logger
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found, current = 0, self.logger.parent
+        while current is not None:
+            for handler in current.handlers:
+                found += 1
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            current = current.parent if current.propagate else None
+        if not found and logging.lastResort is not None and record.levelno >= logging.lastResort.level:
+            logging.lastResort.handle(record)
 
 
 def _escape(text: str) -> str:

@@ -307,13 +307,35 @@ class GRPOTrainer:
             self._check_not_finished(self.resume_from)
         self.check_schedule()
         self.claim_output_dir(resume=self.resume_from is not None)
-        if self.model is None:
-            self.load_model()
-        self._filter_long_prompts()
-        trainer = self._build_trainer(training=True)
-        if trainer.is_world_process_zero():
-            self._print_header(trainer)
-        return self._run(trainer)
+        opened = self.open_run_log()
+        try:
+            if self.model is None:
+                self.load_model()
+            self._filter_long_prompts()
+            trainer = self._build_trainer(training=True)
+            if trainer.is_world_process_zero():
+                self._print_header(trainer)
+            return self._run(trainer)
+        finally:
+            if opened is not None:  # a later run in this process writes to its own output dir's log only
+                opened()
+
+    def open_run_log(self):
+        """OUTPUT_DIR/grpo_training.log takes the run's log lines from here on (rank 0), with the notices said before
+        it opened (claim_output_dir's set-aside, a replaced reward preset). Returns a function that closes it, or
+        None where the log was already open (the CLI opens it first) or on another rank."""
+        from grpokit.console import add_file_logging, is_main_process
+        from grpokit.run_dir import TRAINING_LOG
+
+        if not is_main_process():
+            return None
+        out = Path(self.config.output_dir).expanduser()
+        out.mkdir(parents=True, exist_ok=True)
+        close = add_file_logging(out / TRAINING_LOG)
+        if close is not None:
+            for notice in self.notices:
+                log.info("%s", notice, extra={"file_only": True})
+        return close
 
     def _print_header(self, trainer) -> None:
         """The start of the run on one screen: model, backend, engine, data, rewards, steps and batch shape (the

@@ -261,6 +261,8 @@ def test_train_with_own_rewards_and_rows_then_evaluate(tmp_path):
     assert got == {"step": 1, "eval": True, "greedy": True, "names": ["accuracy", "format", "length", "says_number"]}
     entries = json.loads((tmp_path / "out" / "generation_logs" / "generation_log_step_0.json").read_text())
     assert "says_number" in entries[0]["rewards"]
+    log = (tmp_path / "out" / "grpo_training.log").read_text()  # the API's run keeps its log as the CLI's does
+    assert "step 1: loss=" in log and "rank 0 of 1 finished at global step 1" in log
 
 
 def test_report_subcommand_redraws_from_files_alone(tmp_path):

@@ -404,3 +404,45 @@ def test_help_at_80_columns_never_breaks_a_choice(monkeypatch):
     for name in ("reward_function_type", "generation_engine", "backend"):
         for choice in literal_choices(field_type(name)) or ():
             assert choice in words, f"--help breaks the choice {choice!r} of {name} (FIELDS: {name in FIELDS})"
+
+
+def test_the_run_log_takes_every_detail_without_leaking_it_to_the_callers_handlers(tmp_path):
+    """The Python API's run log: the file gets DEBUG and up; a caller's own root handler gets what it got before the
+    file opened (here: warnings, root's level), no more; closing restores the logger; the same file opens once."""
+    import logging
+
+    from grpokit.console import add_file_logging
+
+    logger, root = logging.getLogger("grpo"), logging.getLogger()
+    saved = (logger.level, logger.propagate, list(logger.handlers), root.level)
+    seen: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    capture = Capture()
+    try:
+        logger.handlers[:] = []
+        logger.setLevel(logging.NOTSET)
+        logger.propagate = True
+        root.setLevel(logging.WARNING)
+        root.addHandler(capture)
+        close = add_file_logging(tmp_path / "grpo_training.log")
+        assert add_file_logging(tmp_path / "grpo_training.log") is None  # already open: the CLI's, then train()'s
+        logger.debug("a detail")
+        logger.info("a step")
+        logger.warning("a warning")
+        close()
+        logger.info("after the run")
+        text = (tmp_path / "grpo_training.log").read_text()
+        assert "DEBUG a detail" in text and "INFO a step" in text and "WARNING a warning" in text
+        assert "after the run" not in text
+        assert seen == ["a warning"]
+        assert (logger.level, logger.propagate) == (logging.NOTSET, True)
+    finally:
+        root.removeHandler(capture)
+        root.setLevel(saved[3])
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+        logger.handlers[:] = saved[2]
