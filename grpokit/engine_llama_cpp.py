@@ -179,17 +179,10 @@ class LlamaCppEngine:
     def _mapping(self) -> tuple[int, int, int] | None:
         """(address, file offset, length) of llama.cpp's mmap of the GGUF in this process (Linux; it maps from the
         page holding the first tensor's data), or None: not mmapped, or not knowable."""
+        from grpokit.model_loader import file_mappings
+
         target = os.path.realpath(self.gguf_path)
-        try:
-            maps = open("/proc/self/maps").read().splitlines()
-        except OSError:
-            return None
-        found = []
-        for line in maps:
-            fields = line.split(None, 5)
-            if len(fields) == 6 and fields[5] == target:
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                found.append((start, int(fields[2], 16), end - start))
+        found = [(start, offset, end - start) for start, end, offset, path in file_mappings() if path == target]
         return found[0] if len(found) == 1 else None
 
     def _map_tensors(self) -> None:

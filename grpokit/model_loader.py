@@ -297,19 +297,27 @@ def round_through_nf4(model, shared_f16: bool) -> int:
     return rounded
 
 
+def file_mappings() -> list[tuple[int, int, int, str]]:
+    """This process's file mappings: (start address, end address, file offset, path); empty where /proc/self/maps
+    cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            found.append((start, end, int(fields[2], 16), fields[5]))
+    return found
+
+
 def off_checkpoint_mapping(model) -> int:
     """Give every tensor of `model` that still views a mapped safetensors checkpoint its own copy, so that the mapping
     (and its resident pages) can go once the weights it held were replaced; returns how many were copied."""
-    try:
-        maps = open("/proc/self/maps").read().splitlines()
-    except OSError:
-        return 0
-    ranges = []
-    for line in maps:
-        fields = line.split(None, 5)
-        if len(fields) == 6 and fields[5].endswith(".safetensors"):
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            ranges.append((start, end))
+    ranges = [(start, end) for start, end, _, path in file_mappings() if path.endswith(".safetensors")]
     copied = 0
     for tensor in [*model.parameters(), *model.buffers()]:
         if any(start <= tensor.data_ptr() < end for start, end in ranges):

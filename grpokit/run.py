@@ -329,9 +329,7 @@ class GRPOTrainer:
 
         if not is_main_process():
             return None
-        out = Path(self.config.output_dir).expanduser()
-        out.mkdir(parents=True, exist_ok=True)
-        close = add_file_logging(out / TRAINING_LOG)
+        close = add_file_logging(Path(self.config.output_dir).expanduser() / TRAINING_LOG)
         if close is not None:
             for notice in self.notices:
                 log.info("%s", notice, extra={"file_only": True})
