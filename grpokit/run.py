@@ -322,17 +322,20 @@ class GRPOTrainer:
 
     def open_run_log(self):
         """OUTPUT_DIR/grpo_training.log takes the run's log lines from here on (rank 0), with the notices said before
-        it opened (claim_output_dir's set-aside, a replaced reward preset). Returns a function that closes it, or
+        it opened (claim_output_dir's set-aside, a replaced reward preset), and ./grpo_training.log links to it
+        (run_dir.link_latest_log). Returns a function that closes it, or
         None where the log was already open (the CLI opens it first) or on another rank."""
         from grpokit.console import add_file_logging, is_main_process
-        from grpokit.run_dir import TRAINING_LOG
+        from grpokit.run_dir import TRAINING_LOG, link_latest_log
 
         if not is_main_process():
             return None
-        close = add_file_logging(Path(self.config.output_dir).expanduser() / TRAINING_LOG)
+        path = Path(self.config.output_dir).expanduser() / TRAINING_LOG
+        close = add_file_logging(path)
         if close is not None:
             for notice in self.notices:
                 log.info("%s", notice, extra={"file_only": True})
+            link_latest_log(path)  # ./grpo_training.log, where the spec's `tail -f` looks
         return close
 
     def _print_header(self, trainer) -> None:

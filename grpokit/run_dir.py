@@ -29,6 +29,28 @@ def generation_log_file(log_dir: Path, step: int) -> Path:
     return Path(log_dir) / f"generation_log_step_{step}.json"
 
 
+def link_latest_log(log_file: Path, where: Path | None = None) -> bool:
+    """Make `where`/grpo_training.log (default: the current directory) a symlink to this run's log, so that the
+    spec's `tail -f grpo_training.log` and `grep "ERROR" grpo_training.log` read it from where the command ran. Only
+    a link of ours, or nothing, is replaced there: a real file of that name is left alone. Returns whether it linked
+    (False also where symlinks cannot be made, or the log is that very file)."""
+    import os
+
+    link = Path(where if where is not None else Path.cwd()) / TRAINING_LOG
+    target = Path(log_file).resolve()
+    if link.resolve() == target or (link.exists() and not link.is_symlink()):
+        return False
+    partial = link.with_name(f".{TRAINING_LOG}.{os.getpid()}")
+    try:
+        partial.unlink(missing_ok=True)
+        partial.symlink_to(target)
+        os.replace(partial, link)  # atomic: a `tail -f` running on the old link never sees it missing
+    except OSError:
+        partial.unlink(missing_ok=True)
+        return False
+    return True
+
+
 def read_trainer_state(path: Path) -> dict[str, Any]:
     """trainer_state.json of a checkpoint or run directory (`path` is the directory)."""
     return read_json(Path(path) / TRAINER_STATE)

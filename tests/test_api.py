@@ -230,6 +230,9 @@ def test_the_module_docstring_example_runs(tmp_path):
     out = tmp_path / "my_grpo_outputs"
     for name in ("adapter_model.safetensors", "tokenizer_config.json", "metrics_summary.json", "trainer_state.json"):
         assert (out / name).exists(), name
+    # where the snippet ran, grpo_training.log is this run's log (the spec's `tail -f grpo_training.log`)
+    assert (tmp_path / "grpo_training.log").resolve() == (out / "grpo_training.log").resolve()
+    assert "step 1: loss=" in (tmp_path / "grpo_training.log").read_text()
 
 
 @pytest.mark.slow

@@ -157,3 +157,24 @@ def test_a_signal_is_handled_by_the_phase_it_lands_in(phase, raises):
     finally:
         stop.restore()
     assert signal.getsignal(signal.SIGTERM) != stop._handle  # the handlers in place before are back
+
+
+def test_the_spec_reads_the_latest_runs_log_from_where_it_ran(tmp_path):
+    """The spec's `tail -f grpo_training.log` / `grep "ERROR" grpo_training.log`: ./grpo_training.log links to the
+    latest run's log; a user's own file of that name is never replaced."""
+    from grpokit.run_dir import link_latest_log
+
+    first, second = tmp_path / "a" / "grpo_training.log", tmp_path / "b" / "grpo_training.log"
+    for path, text in ((first, "run a ERROR x\n"), (second, "run b\n")):
+        path.parent.mkdir()
+        path.write_text(text)
+    here = tmp_path / "project"
+    here.mkdir()
+    assert link_latest_log(first, here) and (here / "grpo_training.log").read_text() == "run a ERROR x\n"
+    assert link_latest_log(second, here) and (here / "grpo_training.log").read_text() == "run b\n"
+    assert not link_latest_log(second, second.parent)  # the log itself is there: nothing to link
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "grpo_training.log").write_text("my notes\n")
+    assert not link_latest_log(first, own) and (own / "grpo_training.log").read_text() == "my notes\n"
+    assert sorted(p.name for p in here.iterdir()) == ["grpo_training.log"]  # no leftover partial link
