@@ -197,13 +197,13 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     Everything after parsing is the Python API's GRPOTrainer: one path for the CLI and for Python."""
     from config.loader import build_config, config_to_dict, resolve_model_name
     from grpo_trainer import AlreadyFinished, GRPOTrainer, Interrupted, RunFailed
-    from grpokit.run import check_adapter_dir, resolve_checkpoint, reward_set_for
+    from grpokit.run import check_adapter_dir, resolve_checkpoint
 
     config = build_config(preset, config_file, flags, overrides)
     resolve_model_name(config.model_name)
 
     if score_completions is not None:
-        preview_rewards(reward_set_for(config, "", []), score_completions, config.reward_timeout)
+        preview_rewards(config, score_completions)
         return
 
     trainer = GRPOTrainer(config, verbose=verbose)
@@ -267,16 +267,21 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         print_summary(summary)
 
 
-def preview_rewards(reward_set, path: Path, timeout: float = 0.0) -> None:
+def preview_rewards(config, path: Path) -> None:
+    """Each row's reward scores on stdout, with the reward a run on the same rows would use (rewards/fit.py)."""
     from data_loader import iter_jsonl
+    from grpokit.run import reward_set_for
     from rewards import score_rows
+    from rewards.fit import rows_as_data
 
     rows = []
     for lineno, row in iter_jsonl(path, "--score-completions"):
         if not ("completion" in row or isinstance(row.get("completions"), list)):
             raise UsageError(f"{path}:{lineno}: each row needs 'completion' (a string) or 'completions' (a list).")
         rows.append(row)
-    for result in score_rows(reward_set, rows, timeout=timeout):
+    data_format, mapped = rows_as_data(config, rows)
+    reward_set = reward_set_for(config, data_format, [], mapped)
+    for result in score_rows(reward_set, rows, timeout=config.reward_timeout):
         print(json.dumps(result, ensure_ascii=False))
 
 
@@ -348,6 +353,52 @@ def report(
         raise typer.Exit(2) from None
     for path in written:
         typer.echo(str(path))
+
+
+@app.command("export", context_settings={"help_option_names": ["-h", "--help"]})
+def export(
+    source: Annotated[Path, typer.Argument(metavar="OUTPUT_DIR_OR_CHECKPOINT", show_default=False,
+                                           help="A finished run's --output-dir, a checkpoint-N directory or an "
+                                                "adapter directory.")],
+    format_: Annotated[Literal["gguf", "gguf-lora", "merged"], typer.Option(
+        "--format", help="gguf: base + LoRA merged, for llama.cpp / Ollama / LM Studio; gguf-lora: the adapter "
+                         "alone (llama.cpp --lora, Ollama ADAPTER); merged: 16-bit safetensors for transformers / "
+                         "vLLM.")] = "gguf",
+    quant: Annotated[str, typer.Option("--quant", help="GGUF type: f16, bf16, f32, q8_0, q6_k, q5_k_m, q4_k_m, "
+                                                       "q4_0, q3_k_m, q2_k ... (any llama.cpp type).")] = "f16",
+    output_dir: Annotated[Path | None, typer.Option(
+        "--output-dir", "-o", show_default=False,
+        help="Where to write (default: SOURCE/export/<format>[-<quant>]).")] = None,
+    ollama: Annotated[bool, typer.Option("--ollama", help="Also write an Ollama Modelfile (chat template, stop "
+                                                          "tokens): then `ollama create NAME -f Modelfile`.")] = False,
+    push_to_hub: Annotated[str | None, typer.Option(
+        "--push-to-hub", metavar="REPO_ID", show_default=False,
+        help="Upload the export with a model card to this Hugging Face repository (needs a write token).")] = None,
+    private: Annotated[bool, typer.Option("--private", help="Create the Hub repository private.")] = False,
+    base_model: Annotated[str | None, typer.Option(
+        "--base-model", show_default=False,
+        help="The 16-bit base to merge into (a directory or hub id), when the run's own cannot be used.")] = None,
+):
+    """Export a trained adapter: GGUF (llama.cpp, Ollama), a GGUF LoRA, or merged 16-bit weights; optionally to the Hub.
+
+    Example: python train_grpo.py export grpo_outputs/quick_test --quant q4_k_m --ollama"""
+    import sys
+
+    from grpokit.export import ExportRequest, command_line, export_adapter
+
+    setup_console_logging()
+    request = ExportRequest(source=source, format=format_, quant=quant, output_dir=output_dir, ollama=ollama,
+                            push_to_hub=push_to_hub, private=private, base_model=base_model,
+                            command=command_line(sys.argv[1:]))
+    try:
+        result = export_adapter(request)
+    except UsageError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    for path in result.files:
+        typer.echo(str(path))
+    if result.url:
+        typer.echo(result.url)
 
 
 def cli() -> None:

@@ -163,8 +163,9 @@ class GRPORunConfig:
         PANEL_REWARDS,
     )
     reward_config_name: str = _f(
-        "", "Named reward preset (see `--list-rewards`); '' = the dataset's default (math for GSM8K, arithmetic for "
-        "the built-in task, balanced for preference data).", PANEL_REWARDS,
+        "", "Named reward preset (see `--list-rewards`); '' = the dataset's default (math for GSM8K and numeric "
+        "answers, qa for question/answer rows with text answers, arithmetic for the built-in task, balanced for "
+        "preference data).", PANEL_REWARDS,
     )
     reward_config: str = _f("", "Reward config JSON file; replaces the named preset.", PANEL_REWARDS)
     reward_timeout: float = _f(

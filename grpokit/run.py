@@ -127,23 +127,24 @@ class GRPOTrainer:
         if explicit is None:
             explicit = config.named_by_user("reward_config_name", "reward_config")
         columns = set(self.train_dataset.column_names)
-        reward_set = reward_set_for(config, report.format, self.extra_reward_funcs)
-        missing = unscorable_components(reward_set, self.train_dataset)
+        rows = self.train_dataset
+        reward_set = reward_set_for(config, report.format, self.extra_reward_funcs, rows)
+        missing = unscorable_components(reward_set, rows)
         if missing or not _columns_fit(reward_set, columns):
-            default = default_reward_preset(config, report.format)
+            default = default_reward_preset(config, report.format, rows)
             if not explicit and default != config.reward_config_name:
                 notice = (f"reward preset '{config.reward_config_name}' cannot score {report.source} "
                           f"({_why(missing, reward_set, columns)}): using the data's default, '{default}'.")
                 self.notices.append(notice)
                 log.warning("%s", notice)
                 config.reward_config_name, config.reward_config = default, ""
-                reward_set = reward_set_for(config, report.format, self.extra_reward_funcs)
-                missing = unscorable_components(reward_set, self.train_dataset)
+                reward_set = reward_set_for(config, report.format, self.extra_reward_funcs, rows)
+                missing = unscorable_components(reward_set, rows)
             if missing:
                 raise UsageError(
                     f"Reward(s) {', '.join(missing)} cannot score any row of {report.source} ({_why(missing, reward_set, columns)}): "
-                    f"every reward would be None and nothing would be learned. Use --reward-preset "
-                    f"{default_reward_preset(config, report.format)} or data with the columns they need.")
+                    f"the run would learn nothing from it. Use --reward-preset "
+                    f"{default_reward_preset(config, report.format, rows)} or data with the columns they need.")
         check_columns(reward_set, columns, report.source)
         from grpokit.mixed_loss import check_reference
 
@@ -866,13 +867,13 @@ def _config_dict(config: GRPORunConfig) -> dict[str, Any]:
     return config_to_dict(config)
 
 
-def reward_set_for(config: GRPORunConfig, data_format: str, extra_funcs: list):
+def reward_set_for(config: GRPORunConfig, data_format: str, extra_funcs: list, rows=None):
     from rewards import load_reward_config, parse_reward_config
     from rewards.fit import default_reward_preset
 
     name = config.reward_config_name
     if not name and not config.reward_config:
-        name = default_reward_preset(config, data_format)
+        name = default_reward_preset(config, data_format, rows)
     data, source = load_reward_config(name, config.reward_config)
     reward_set = parse_reward_config(data, source, config.custom_rewards, config.max_completion_length)
     if extra_funcs:
@@ -886,8 +887,8 @@ def _columns_fit(reward_set, columns: set[str]) -> bool:
     return all(c in columns for component in reward_set.components for c in component.needs)
 
 
-def _why(missing: list[str], reward_set, columns: set[str]) -> str:
+def _why(missing: dict[str, str], reward_set, columns: set[str]) -> str:
     needs = sorted({c for component in reward_set.components for c in component.needs if c not in columns})
     if needs:
         return f"it needs the column(s) {', '.join(needs)}"
-    return f"{', '.join(missing)} score(s) None on every row: the data has no reference they can use"
+    return "; ".join(f"{name} {why}" for name, why in missing.items())

@@ -25,11 +25,11 @@ from typing import Any
 from config.errors import UsageError
 from rewards.base import RewardComponent, RewardError, check_reward_output, completion_text, with_timeout
 from rewards.code import CodeExecution
-from rewards.components import Accuracy, Custom, Format, Length, Quality, Repetition, RewardModel, Similarity
+from rewards.components import QA, Accuracy, Custom, Format, Length, Quality, Repetition, RewardModel, Similarity
 
 REGISTRY: dict[str, type[RewardComponent]] = {
     cls.name: cls
-    for cls in (Accuracy, Format, Length, Repetition, Quality, Similarity, RewardModel, CodeExecution, Custom)
+    for cls in (Accuracy, QA, Format, Length, Repetition, Quality, Similarity, RewardModel, CodeExecution, Custom)
 }
 
 REWARD_PRESET_DIR = Path(__file__).resolve().parent.parent / "config" / "rewards"

@@ -64,6 +64,7 @@ class Accuracy(RewardComponent):
     """
 
     name: ClassVar[str] = "accuracy"
+    judges: ClassVar[str] = "answer"  # rewards/fit.py: the reference itself must score above 0
     correct_keywords: list = field(default_factory=list)
     partial_credit: float = 0.0
     tolerance: float = 1e-6
@@ -107,6 +108,113 @@ class Accuracy(RewardComponent):
                 out.append(hits / len(self.correct_keywords))
             else:
                 out.append(None)
+        return out
+
+
+_QA_TOKEN = re.compile(r"(?<![\w.])-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)|\w+")
+_ARTICLES = {"a", "an", "the"}
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def _canonical_number(token: str) -> str | None:
+    """'1,000' -> '1000', '3.50' -> '3.5', '.5' -> '0.5': one spelling per number, so numbers compare as numbers."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        value = Decimal(token.replace(",", ""))
+    except InvalidOperation:
+        return None
+    text = format(value.normalize(), "f")
+    return "0" if text in ("-0", "") else text
+
+
+def qa_tokens(text: str) -> list[str]:
+    """SQuAD's answer normalisation as tokens: lower case, punctuation and the articles a / an / the dropped,
+    apostrophes joined ("Kenya's" -> "kenyas"), every number in one spelling ('1,000' = '1000', '3.50' = '3.5',
+    'three' = '3', up to twenty). Unicode words (Korean, accents) are kept as they are."""
+    tokens = []
+    for token in _QA_TOKEN.findall(text.lower().replace("'", "").replace("\u2019", "")):
+        if token[0].isdigit() or token[0] in "-.":
+            token = _canonical_number(token) or token
+        token = _NUMBER_WORDS.get(token, token)
+        if token not in _ARTICLES:
+            tokens.append(token)
+    return tokens
+
+
+def qa_f1(predicted: list[str], reference: list[str]) -> float:
+    """SQuAD's token F1 (multiset overlap of normalised tokens)."""
+    common = Counter(predicted) & Counter(reference)
+    overlap = sum(common.values())
+    if not overlap:
+        return 0.0
+    precision, recall = overlap / len(predicted), overlap / len(reference)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _contains(tokens: list[str], span: list[str]) -> bool:
+    n = len(span)
+    return any(tokens[i:i + n] == span for i in range(len(tokens) - n + 1))
+
+
+@dataclass
+class QA(RewardComponent):
+    """Short text answers, scored as SQuAD / TriviaQA score them, against the row's `answer`. Both texts are
+    normalised (lower case; punctuation and a / an / the dropped; numbers in one spelling, so '1,000' = '1000' and
+    'three' = '3'). The model's answer is its last <answer>…</answer> or \\boxed{…} when it writes one, else the
+    whole completion (<think>…</think> reasoning left out). A reference of up to `short_answer_words` words scores
+    1.0 when the answer equals it or (`contains`, TriviaQA's answer-in-completion) holds it as a whole-word span,
+    else 0.0; a longer reference scores the token F1 of answer and reference (1.0 when the answer holds it whole).
+    No `answer` (or an empty one): None (not scored).
+
+    Example: answer "Nairobi", completion "The capital of Kenya is Nairobi." -> 1.0; "Mombasa" -> 0.0;
+    answer "1,000 metres", completion "1000 metres" -> 1.0
+    """
+
+    name: ClassVar[str] = "qa"
+    judges: ClassVar[str] = "answer"
+    short_answer_words: int = 5
+    contains: bool = True
+    answer_tag: str = "answer"
+
+    def check(self, source: str) -> None:
+        super().check(source)
+        if self.short_answer_words < 0:
+            raise UsageError(f"{source}: 'qa.short_answer_words' must be 0 or more (0 = F1 for every reference), "
+                             f"not {self.short_answer_words}.")
+
+    def model_answer(self, text: str) -> str:
+        tag = re.escape(self.answer_tag)
+        tagged = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL)
+        if tagged:
+            return tagged[-1]
+        boxed = _BOXED.findall(text)
+        if boxed:
+            return boxed[-1]
+        return _THINK.sub(" ", text)
+
+    def score_one(self, text: str, reference: str) -> float:
+        ref = qa_tokens(reference)
+        if not ref:  # a reference of articles or punctuation alone: compare the texts as they are
+            return float(text.strip().lower() == reference.strip().lower())
+        predicted = qa_tokens(self.model_answer(text))
+        if predicted == ref or (self.contains and _contains(predicted, ref)):
+            return 1.0
+        if len(ref) <= self.short_answer_words:
+            return 0.0
+        return qa_f1(predicted, ref)
+
+    def score(self, texts, answer=None, **_):
+        out: list[float | None] = []
+        for i, text in enumerate(texts):
+            reference = answer[i] if answer is not None else None
+            if reference is None or not str(reference).strip():
+                out.append(None)
+            else:
+                out.append(self.score_one(text, str(reference)))
         return out
 
 
@@ -296,6 +404,7 @@ class Similarity(RewardComponent):
     """
 
     name: ClassVar[str] = "similarity"
+    judges: ClassVar[str] = "chosen"
     needs: ClassVar[tuple[str, ...]] = ("chosen",)
     backend: str = "lexical"
 

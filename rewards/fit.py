@@ -3,7 +3,9 @@
 A reward that cannot score a dataset (an exact-answer reward on preference rows that have no answer) returns None
 for every completion: every group then has zero spread, every advantage is 0, and the run trains on nothing while
 looking normal. Here each built-in component is called on a few real rows (with their reference texts as stand-in
-completions); one that scores None on all of them cannot score this data.
+completions); one that scores None on all of them cannot score this data, and one that judges the answer
+(`judges` names the column it compares with) but scores every reference itself 0 cannot tell a right answer from a
+wrong one (the exact-number reward on text answers: "Nairobi" is not a number), so it would train on nothing too.
 """
 
 from __future__ import annotations
@@ -12,39 +14,88 @@ from typing import Any
 
 # Components whose score needs no model and has no side effects: cheap and safe to call on a few rows up front.
 # A user's function (custom) or a reward model is not probed: it may call a service or load weights.
-PROBED = {"accuracy", "format", "length", "repetition", "quality", "similarity"}
+PROBED = {"accuracy", "qa", "format", "length", "repetition", "quality", "similarity"}
 PROBE_ROWS = 8
 
 
-def default_reward_preset(config, data_format: str) -> str:
-    """The reward preset a dataset gets when none is named: math for exact answers, the built-in task's own for
-    arithmetic, keyword rewards for prompt-only data (nothing to compare against), balanced for preference data."""
+def default_reward_preset(config, data_format: str, rows=None) -> str:
+    """The reward preset a dataset gets when none is named: math for exact answers that are numbers, qa for
+    question/answer data with text answers (SQuAD / TriviaQA scoring), the built-in task's own for arithmetic,
+    keyword rewards for prompt-only data (nothing to compare against), balanced for preference data. `rows`: a few
+    of the data's rows (mapped or raw; a datasets.Dataset or a list of dicts), read for their `answer`. Both a run
+    and `--score-completions` ask here, so a preview scores rows as the run on them would."""
     from data_loader import CUSTOM_FORMATS, DATASETS
 
     if config.custom_data or data_format in CUSTOM_FORMATS:
-        return {"qa": "math", "prompt": "keywords", "tests": "code"}.get(data_format, "balanced")
+        if data_format == "qa":
+            return "math" if _answers_are_numbers(rows) else "qa"
+        return {"prompt": "keywords", "tests": "code"}.get(data_format, "balanced")
     return DATASETS[config.dataset].default_rewards if config.dataset in DATASETS else "balanced"
 
 
-def unscorable_components(reward_set, dataset) -> list[str]:
-    """Names of the probed components that score None on every one of the first rows."""
+def rows_as_data(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """`--score-completions` rows read as a run reads custom data: (their format, the rows as the run maps them),
+    so `default_reward_preset` picks the reward a run on the same rows would. The completion(s) being scored are
+    not part of the data."""
+    from data_loader import FieldNames, detect_custom_format, make_custom_formatter
+
+    names = FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field)
+    data = [{k: v for k, v in row.items() if k not in ("completion", "completions")} for row in rows]
+    fmt = detect_custom_format(data[0], names) if data else None
+    if fmt is None:
+        return "", data
+    formatter = make_custom_formatter(fmt, names)
+    mapped = []
+    for row in data:
+        try:
+            out, _ = formatter(row)
+        except (KeyError, TypeError, ValueError):  # a row of another shape: the preview scores it as it is
+            out = None
+        if out is not None:
+            mapped.append(out)
+    return fmt, mapped
+
+
+def _answers_are_numbers(rows) -> bool:
+    """Whether every answer among the first rows is a number (GSM8K-style data: the math rewards fit). With no rows
+    to read, the answers are taken for numbers (the math preset, as before)."""
+    from rewards.components import _normalise_number
+
+    if rows is None:
+        return True
+    n = min(PROBE_ROWS * 4, len(rows))
+    answers = [str(rows[i].get("answer") or "").strip() for i in range(n)]
+    answers = [a for a in answers if a]
+    if not answers:
+        return True
+    return all(_normalise_number(a) is not None for a in answers)
+
+
+def unscorable_components(reward_set, dataset) -> dict[str, str]:
+    """The probed components that cannot score the data, each with why: None on every one of the first rows, or
+    (a reward that judges the answer) 0 for every row's own reference."""
     n = min(PROBE_ROWS, len(dataset))
     if n == 0:
-        return []
+        return {}
     rows = [dataset[i] for i in range(n)]
     columns = {k: [row.get(k) for row in rows] for k in ("chosen", "rejected", "answer") if k in rows[0]}
     stand_ins = [str(row.get("answer") or row.get("chosen") or "a short reply") for row in rows]
     completions = [[{"role": "assistant", "content": text}] for text in stand_ins]
     prompts = [row["prompt"] for row in rows]
-    missing = []
+    missing: dict[str, str] = {}
     for component in reward_set.components:
         if getattr(component, "name", "") not in PROBED or getattr(component, "backend", "lexical") != "lexical":
             continue
         if any(c not in columns for c in getattr(component, "needs", ())):
             continue  # check_columns names the missing column
         values = component(prompts=prompts, completions=completions, **columns)
+        judged = getattr(component, "judges", "")
         if all(v is None for v in values):
-            missing.append(component.__name__)
+            missing[component.__name__] = "scores None on every row: the data has no reference it can use"
+        elif judged in columns and not any(v is not None and v > 0 for v in values):
+            # A reference is the best answer its row has: a reward that judges answers scores it above 0.
+            missing[component.__name__] = (f"scores the reference {judged}s themselves 0: it cannot tell a right "
+                                           "answer from a wrong one")
     return missing
 
 

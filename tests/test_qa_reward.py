@@ -1,0 +1,106 @@
+"""Question/answer data with text answers: the `qa` reward scores the answer as SQuAD / TriviaQA do, it is the
+default for such data (a run and --score-completions agree), and a reward that scores the references themselves 0
+is refused before a model loads."""
+
+import json
+
+import pytest
+
+from rewards import REGISTRY, parse_reward_config
+from rewards.components import QA, qa_f1, qa_tokens
+
+# Rows in the shape users write them (SQuAD / TriviaQA style): the answer is text, sometimes a number.
+CAPITALS = [
+    {"question": "What is the capital of Kenya?", "answer": "Nairobi"},
+    {"question": "Who wrote Hamlet?", "answer": "William Shakespeare"},
+    {"question": "Which planet is called the red planet?", "answer": "Mars"},
+    {"question": "What is the largest ocean?", "answer": "the Pacific Ocean"},
+]
+
+
+def conv(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("completion, answer, expected", [
+    ("The capital of Kenya is Nairobi.", "Nairobi", 1.0),  # answer in the completion
+    ("nairobi", "Nairobi", 1.0),  # case
+    ("Mombasa.", "Nairobi", 0.0),
+    ("Nairobian food", "Nairobi", 0.0),  # whole words only
+    ("It was Shakespeare.", "William Shakespeare", 0.0),  # a short reference must be there whole
+    ("Pacific Ocean", "the Pacific Ocean", 1.0),  # articles and punctuation do not count
+    ("It has 1000 legs", "1,000", 1.0),  # numbers compared as numbers
+    ("$3.50", "3.5", 1.0),
+    ("There are three.", "3", 1.0),  # small number words are numbers
+    ("-5", "5", 0.0),  # a sign is part of the number
+    ("<think>Mombasa? no</think><answer>Nairobi</answer>", "Nairobi", 1.0),  # the tagged answer is the answer
+    ("<answer>Mombasa</answer> or Nairobi", "Nairobi", 0.0),  # ... and only it
+    ("<think>Nairobi? no</think> Mombasa", "Nairobi", 0.0),  # reasoning is not the answer
+    ("서울입니다", "서울", 0.0), ("서울", "서울", 1.0),  # Unicode words compare whole
+])
+def test_qa_scores_short_answers_like_squad_and_triviaqa(completion, answer, expected):
+    assert QA()(completions=[conv(completion)], answer=[answer]) == [expected]
+
+
+def test_long_references_score_token_f1_and_a_missing_answer_is_not_scored():
+    reference = "a rock band formed in Liverpool in 1960"  # 7 tokens without the article
+    predicted = "a band from Liverpool"
+    p, r = qa_tokens(predicted), qa_tokens(reference)
+    assert p == ["band", "from", "liverpool"]
+    expected = 2 * (2 / 3) * (2 / 7) / (2 / 3 + 2 / 7)  # 2 tokens in common
+    assert qa_f1(p, r) == pytest.approx(expected)
+    assert QA()(completions=[conv(predicted), conv(f"They were {reference}.")], answer=[reference] * 2) == [
+        pytest.approx(expected), 1.0]
+    assert QA()(completions=[conv("x"), conv("x")], answer=["", None]) == [None, None]
+    assert QA(short_answer_words=0)(completions=[conv("Obama")], answer=["Barack Obama"]) == [pytest.approx(2 / 3)]
+
+
+def test_qa_is_a_registered_reward_with_its_own_preset():
+    assert REGISTRY["qa"] is QA
+    reward_set = parse_reward_config({"qa_weight": 1.0, "qa": {"short_answer_words": 3, "contains": False}}, "t")
+    assert reward_set.names == ["qa"]
+    assert reward_set.components[0](completions=[conv("It is Nairobi")], answer=["Nairobi"]) == [0.0]
+
+
+def test_a_run_on_text_answers_gets_the_qa_reward_and_numeric_answers_get_math(tmp_path):
+    """The Python API picks the reward from the rows: text answers -> qa; numbers (GSM8K-style) -> math."""
+    from grpo_trainer import GRPOConfig, GRPOTrainer
+
+    trainer = GRPOTrainer(GRPOConfig(model_name="smollm2-135m", output_dir=str(tmp_path / "out")))
+    trainer.load_data(CAPITALS * 3)
+    assert trainer.build_rewards().names == ["qa"]
+    trainer = GRPOTrainer(GRPOConfig(model_name="smollm2-135m", output_dir=str(tmp_path / "out")))
+    trainer.load_data([{"question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(12)])
+    assert trainer.build_rewards().names == ["accuracy", "format", "length"]
+
+
+def test_the_math_reward_on_text_answers_is_refused_and_a_preset_reward_is_replaced(cli, tmp_path):
+    data = write_jsonl(tmp_path / "qa.jsonl", CAPITALS * 3)
+    code, _, err = cli("--custom-data", data, "--reward-preset", "math", "--dry-run")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "accuracy" in err and "reference answers themselves 0" in err and "--reward-preset qa" in err
+    # --quick-test's own reward (the exact sum) was not asked for: the data's default replaces it, with a notice
+    code, out, err = cli("--quick-test", "--custom-data", data, "--dry-run")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["rewards"]["components"] == ["qa"]
+    assert any("'arithmetic' cannot score" in n and "'qa'" in n for n in document["notices"])
+
+
+def test_score_completions_picks_the_reward_a_run_on_the_same_rows_picks(cli, tmp_path):
+    rows = [{**CAPITALS[0], "completions": ["The capital of Kenya is Nairobi.", "Mombasa"]},
+            {**CAPITALS[1], "completion": "Hamlet was written by William Shakespeare."}]
+    code, out, err = cli("--score-completions", write_jsonl(tmp_path / "samples.jsonl", rows))
+    assert code == 0, err
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert first["scores"] == {"qa": [1.0, 0.0]} and first["zero_variance"] is False
+    assert second["scores"] == {"qa": 1.0}
+    data = write_jsonl(tmp_path / "data.jsonl", [{k: v for k, v in r.items() if "completion" not in k} for r in rows])
+    code, out, err = cli("--custom-data", data, "--dry-run")
+    assert code == 0, err
+    assert json.loads(out)["rewards"]["components"] == list(first["scores"])
