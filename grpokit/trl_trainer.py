@@ -92,14 +92,14 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         scheduler._last_lr = rates
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, compute_aux_loss=False, **extra):
-        if not self.share_prompts or compute_aux_loss or any(v is not None for v in extra.values()):
-            # By keyword: Unsloth's compiled trainer puts `compute_efficient` in the 7th slot where TRL has
-            # `compute_aux_loss` (unsloth/models/rl_replacements.py, grpo_trainer__get_per_token_logps_and_entropies)
-            # and reads compute_aux_loss from **kwargs; positionally a MoE aux-loss request would turn scoring off.
+                                           compute_entropy=False, *args, **kwargs):
+        # Past compute_entropy the parents differ: TRL has compute_aux_loss then the multimodal inputs; Unsloth's
+        # compiled GPU trainer has compute_efficient, which its compute_loss passes positionally in the 7th slot
+        # (unsloth/models/rl_replacements.py, grpo_trainer_compute_loss: True = the policy is scored inside its fused
+        # loss, so this returns (None, None)). Anything asked there goes to the parent exactly as it came.
+        if not self.share_prompts or any(v is not None and v is not False for v in (*args, *kwargs.values())):
             return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs)
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):

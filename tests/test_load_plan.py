@@ -4,7 +4,6 @@ library boundary (transformers / Unsloth `from_pretrained`, peft, `trl.GRPOConfi
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import inspect
 import json
@@ -449,59 +448,14 @@ def test_vllm_mode_default_is_trls_colocate():
     assert GRPORunConfig().vllm_mode == trl_default == "colocate"
 
 
-# ---- 8. compute_aux_loss by keyword: Unsloth's compiled trainer has compute_efficient in that slot ----------------------
-def _signature_from_source(path: Path, name: str, inner: str | None = None) -> inspect.Signature:
-    """The signature of `name` as written in an installed file (the function body replaced by `pass`)."""
-    tree = ast.parse(path.read_text())
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
-    if inner is not None:
-        found = [n for outer in ast.walk(tree) if isinstance(outer, ast.FunctionDef) and outer.name == inner
-                 for n in ast.walk(outer) if isinstance(n, ast.FunctionDef) and n.name == name]
-    node = found[0]
-    node.body, node.decorator_list = [ast.Pass()], []
-    namespace: dict = {}
-    exec(compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), str(path), "exec"), namespace)
-    return inspect.signature(namespace[name])
-
-
-@pytest.mark.parametrize("source", ["trl", "unsloth"])
-def test_log_prob_override_passes_compute_aux_loss_by_keyword(monkeypatch, source):
-    import torch
-
-    from grpokit.trl_trainer import TRLGRPOTrainer
-
-    if source == "trl":
-        signature = _signature_from_source(SITE / "trl" / "trainer" / "grpo_trainer.py",
-                                           "_get_per_token_logps_and_entropies")
-    else:  # the method Unsloth compiles into its trainer (unsloth_compiled_cache/UnslothGRPOTrainer.py)
-        signature = _signature_from_source(SITE / "unsloth" / "models" / "rl_replacements.py",
-                                           "_get_per_token_logps_and_entropies",
-                                           inner="grpo_trainer__get_per_token_logps_and_entropies")
-    bound = {}
-
-    def parent(*args, **kwargs):
-        bound.update(signature.bind(*args, **kwargs).arguments)
-        return None, None, None
-
-    parent_class = TRLGRPOTrainer.__mro__[1]
-    monkeypatch.setattr(parent_class, "_get_per_token_logps_and_entropies", parent)
-    trainer = TRLGRPOTrainer.__new__(TRLGRPOTrainer)
-    trainer.share_prompts = True
-    ids = torch.zeros(2, 3, dtype=torch.long)
-    trainer._get_per_token_logps_and_entropies(None, ids, ids, 1, 4, compute_entropy=True, compute_aux_loss=True)
-    assert bound["batch_size"] == 4 and bound["compute_entropy"] is True
-    if source == "trl":
-        assert bound["compute_aux_loss"] is True
-    else:
-        assert bound.get("compute_efficient", False) is False  # the slot a positional 7th argument would fill
-        assert bound["kwargs"]["compute_aux_loss"] is True
+# ---- 8. the log-prob override against TRL's and Unsloth's own calls: tests/test_upstream_calls.py ---------------
 
 
 # ---- 9. what a GPU run downloads and writes, documented ---------------------------------------------------------------
 def test_unsloth_compiled_cache_is_ignored_and_the_gpu_section_says_what_a_run_fetches():
     assert "unsloth_compiled_cache/" in (ROOT / ".gitignore").read_text().splitlines()
-    readme = (ROOT / "README.md").read_text()
-    gpu = readme[readme.index("## GPU"):readme.index("## Scaling out")]
+    page = (ROOT / "docs" / "gpu.md").read_text()
+    gpu = page[page.index("## The GPU path"):page.index("## Scaling out")]
     for preset in MODEL_PRESETS.values():
         if preset.hub_id_16bit:
             assert preset.hub_id_16bit in gpu  # what --save-merged / --no-4bit download
