@@ -291,6 +291,18 @@ def vllm_refusal(config, backend: str, fast_inference: bool) -> str:
             "--backend unsloth (its fast_inference shares them), --no-4bit, or drop --use-vllm.")
 
 
+def unsloth_loss_refusal(config) -> str:
+    """The supervised + GRPO mixed loss is added where TRL's compute_loss calls `_compute_loss` (grpokit.mixed_loss).
+    Unsloth's compiled GPU trainer replaces compute_loss with its own fused GRPO loss, which never calls
+    `_compute_loss` (unsloth/models/rl_replacements.py, grpo_trainer_compute_loss), so the weights would be silently
+    ignored there. Unsloth's CPU backend keeps TRL's trainer, where they apply."""
+    if not config.sft_loss_weight and config.grpo_loss_weight == 1:
+        return ""
+    return (f"sft_loss_weight {config.sft_loss_weight:g} / grpo_loss_weight {config.grpo_loss_weight:g} need TRL's "
+            "loss, which Unsloth's GPU trainer replaces with its own (the weights would be ignored): use --backend "
+            "transformers, or drop them.")
+
+
 def memory_estimate(config, machine: Machine, arch: Architecture, engine: str, fast_inference: bool,
                     vllm_mode: str | None) -> MemoryEstimate:
     """GiB per GPU for training (weights, LoRA + optimizer, activations, rollout KV cache or vLLM's share) and for
@@ -400,6 +412,8 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
         quantization = "none (16-bit)"
         if preset is not None and preset.hub_id_16bit:
             notes.append(f"--no-4bit loads the 16-bit repository {preset.hub_id_16bit}, not the preset's 4-bit one")
+    if machine.cuda and backend == "unsloth" and not refusal:
+        refusal = unsloth_loss_refusal(config)
     name, why, mode, fast = rollout(config, machine, backend, engine)
     if machine.cuda and name == "vllm" and not refusal:
         refusal = vllm_refusal(config, backend, fast)

@@ -215,3 +215,30 @@ def test_unsloths_compute_loss_gets_what_its_own_method_returns(monkeypatch, tra
     ours = results["ours on unsloth"]
     assert ours is None or ours.grad_fn is not None
     assert ours is results["unsloth alone"]
+
+
+def test_the_mixed_loss_is_refused_where_unsloths_gpu_loss_replaces_trls(cli, monkeypatch):
+    """The supervised term is added in `_compute_loss`, which TRL's compute_loss calls and Unsloth's GPU compute_loss
+    does not (when it does, the refusal can go): on a GPU with Unsloth the weights are refused before loading; the
+    preset that sets them names the transformers backend, and runs."""
+    from conftest import GSM8K_FILE
+
+    from config import build_config
+    from grpokit import load_plan
+    from grpokit.load_plan import Machine, plan_load
+
+    assert _calls(_function(_tree(TRL_GRPO), "compute_loss"), "_compute_loss")
+    assert not _calls(_function(_tree(UNSLOTH_RL), "compute_loss", inside="grpo_trainer_compute_loss"),
+                      "_compute_loss")
+    a100 = Machine(cuda=True, gpu_name="NVIDIA A100-SXM4-80GB", gpu_memory_gib=79.2, bf16=True)
+    mixed = build_config(preset="default", flags={}, overrides=["sft_loss_weight=1.0", "grpo_loss_weight=0.5"])
+    assert "Unsloth's GPU trainer" in plan_load(mixed, a100, "unsloth").refusal
+    assert not plan_load(mixed, a100, "transformers").refusal
+    assert not plan_load(mixed, Machine(), "unsloth").refusal  # Unsloth's CPU backend keeps TRL's trainer
+
+    monkeypatch.setattr(load_plan, "detect_machine", lambda: a100)
+    data = ("--dataset-path", str(GSM8K_FILE), "--max-samples", "16", "--dry-run")
+    code, out, err = cli("--preset", "sft_grpo_qa", "--backend", "unsloth", *data)
+    assert code == 2 and "--backend transformers" in err and len(err.strip().splitlines()) == 1, err
+    code, out, err = cli("--preset", "sft_grpo_qa", *data)
+    assert code == 0, err
