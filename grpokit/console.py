@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import sys
 import time
 import warnings
@@ -495,6 +496,9 @@ def print_summary(summary: dict[str, Any], console=None) -> None:
     for notice in summary.get("notices") or []:
         console.print(f"note: {notice}")
     console.print(f"adapter, tokenizer, trainer state, metrics_summary.json: {summary['output_dir']}")
+    # what people do next: run it in llama.cpp / Ollama (or --format merged, --push-to-hub; see `export --help`)
+    console.print(f"export: python train_grpo.py export {shlex.quote(str(summary['output_dir']))} --quant q4_k_m "
+                  "--ollama")
     if summary.get("report"):
         console.print(f"report: {summary['report']}")
     if "generation_log_dir" in summary:

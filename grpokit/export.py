@@ -1,0 +1,817 @@
+"""The trained model where people run it: `python train_grpo.py export RUN_DIR` (the machinery behind the command).
+
+    python train_grpo.py export grpo_outputs/quick_test                              # GGUF, f16
+    python train_grpo.py export grpo_outputs/quick_test --quant q4_k_m --ollama      # + Modelfile: `ollama create`
+    python train_grpo.py export grpo_outputs/quick_test --format gguf-lora           # llama.cpp --lora, Ollama ADAPTER
+    python train_grpo.py export grpo_outputs/quick_test --format merged              # transformers / vLLM, no PEFT
+    python train_grpo.py export grpo_outputs/quick_test --push-to-hub me/my-model --private
+
+What each format is:
+- `gguf`: the LoRA merged into the 16-bit base (never the NF4-rounded weights a 4-bit run trains on: those exist
+  only inside the trainer), written by llama.cpp's own converter (convert_hf_to_gguf.py, unpacked by `make
+  llama-cpp`) and, for a quantised type, quantised by llama.cpp's own quantiser (llama-cpp-python's
+  `llama_model_quantize`, the code of `llama-quantize`);
+- `gguf-lora`: the adapter alone as a GGUF LoRA (gguf_export.write_lora_gguf, the file the engine pushes every step);
+- `merged`: 16-bit safetensors in the base's own dtype, loadable without PEFT.
+
+Order of work: every check first (the adapter, the quant type, the base model on disk or reachable, the Hub token,
+the disk space), then the long parts (download, merge, conversion, quantisation, upload), each with one progress line.
+Every file is written under a temporary name in its final directory and renamed when complete, so an interrupted or
+out-of-space export never leaves a half-written file under a final name; the upload is one Hub commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from config.errors import UsageError
+
+log = logging.getLogger("grpo")
+
+FORMATS = ("gguf", "gguf-lora", "merged")
+# Written by llama.cpp's converter itself; every other type is converted to f16 first, then quantised.
+CONVERTER_TYPES = ("f32", "f16", "bf16")
+# llama-quantize refuses these without an importance matrix (tools/quantize/quantize.cpp), which needs calibration
+# text and llama-imatrix: not offered here.
+NEEDS_IMATRIX = ("iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "q2_k_s")
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+MODEL_CARD = "README.md"
+MODELFILE = "Modelfile"
+# A base model up to this many bytes in 16 bits is merged in float32 (exact W + BA, rounded once on conversion);
+# larger ones in their own dtype (an 8B model in float32 is 32 GB of RAM). PEFT computes the delta in float32 either
+# way on CPU.
+FLOAT32_MERGE_MAX_BYTES = 4 << 30
+WEIGHT_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.jinja"]
+
+
+# ---- the request and its checks -------------------------------------------------------------------------------------
+
+@dataclass
+class ExportRequest:
+    source: Path
+    format: str = "gguf"
+    quant: str = "f16"
+    output_dir: Path | None = None
+    ollama: bool = False
+    push_to_hub: str | None = None
+    private: bool = False
+    base_model: str | None = None
+    command: str = ""  # the command line, for the model card
+
+
+@dataclass
+class BaseModel:
+    name: str  # as the run named it (a preset, a hub id, a directory)
+    hub_id: str | None  # where its 16-bit weights come from on the Hub (None: a local directory only)
+    local_dir: Path | None  # on disk now (None: to be downloaded)
+    download_bytes: int = 0
+
+
+@dataclass
+class ExportResult:
+    output_dir: Path
+    files: list[Path] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # what took how long: merge, convert, quantise, upload
+    url: str | None = None
+
+
+def quant_types() -> dict[str, int]:
+    """llama.cpp's file types by their llama-quantize names (q4_k_m, q8_0, f16 ...), read from llama-cpp-python's
+    constants, so a newer llama.cpp's types are offered without a change here."""
+    try:
+        import llama_cpp
+    except ImportError:
+        raise UsageError("GGUF export needs llama-cpp-python (the llama_cpp engine): run `make llama-cpp`.") from None
+    types = {}
+    for name in dir(llama_cpp):
+        match = re.fullmatch(r"LLAMA_FTYPE_(?:MOSTLY_|ALL_)(\w+)", name)
+        if match:
+            types[match.group(1).lower()] = getattr(llama_cpp, name)
+    return types
+
+
+def check_quant(quant: str) -> str:
+    quant = quant.strip().lower()
+    if quant in NEEDS_IMATRIX:
+        raise UsageError(f"--quant {quant} needs an importance matrix (llama.cpp's llama-imatrix), which export does "
+                         "not compute: use q2_k, q3_k_m, q4_k_m or above.")
+    types = quant_types()
+    if quant not in types:
+        raise UsageError(f"--quant {quant}: llama.cpp has no such type; choose one of "
+                         f"{', '.join(sorted(t for t in types if t not in NEEDS_IMATRIX))}.")
+    return quant
+
+
+def find_adapter(source: Path) -> Path:
+    """The directory holding the LoRA adapter: a finished run's output directory, a checkpoint-N, or an adapter dir."""
+    source = Path(source).expanduser()
+    if not source.is_dir():
+        raise UsageError(f"{source} is not a directory: give a run's --output-dir, a checkpoint-N directory or an "
+                         "adapter directory.")
+    if not all((source / name).is_file() for name in ADAPTER_FILES):
+        checkpoints = sorted((p for p in source.glob("checkpoint-*") if (p / ADAPTER_FILES[1]).is_file()),
+                             key=lambda p: int(p.name.rsplit("-", 1)[-1]) if p.name.rsplit("-", 1)[-1].isdigit()
+                             else -1)
+        hint = f" (the run stopped early? its newest checkpoint is {checkpoints[-1]})" if checkpoints else ""
+        raise UsageError(f"{source} has no LoRA adapter ({' + '.join(ADAPTER_FILES)}): give a finished run's "
+                         f"output directory or a checkpoint-N directory{hint}.")
+    try:
+        from safetensors import safe_open
+
+        json.loads((source / ADAPTER_FILES[0]).read_text())
+        with safe_open(str(source / ADAPTER_FILES[1]), "pt") as handle:  # the header: a truncated file fails here
+            handle.keys()
+    except Exception as err:  # noqa: BLE001 - any decode failure means the same thing to the user
+        raise UsageError(f"{source}: the adapter files are unreadable or truncated ({err.__class__.__name__}).") \
+            from None
+    return source
+
+
+def run_files(adapter_dir: Path) -> tuple[dict, dict]:
+    """(the run's effective config, its summary) for the model card and the base model: from the adapter's own
+    directory, or the run directory above a checkpoint. Either may be empty (a bare adapter directory)."""
+    from grpokit.run_dir import METRICS_SUMMARY, run_config
+
+    config, summary = {}, {}
+    for directory in (adapter_dir, adapter_dir.parent):
+        config = config or run_config(directory)
+        if not summary and (directory / METRICS_SUMMARY).is_file():
+            try:
+                summary = json.loads((directory / METRICS_SUMMARY).read_text())
+            except (json.JSONDecodeError, OSError):
+                summary = {}
+    return config, summary
+
+
+def resolve_base(adapter_dir: Path, config: dict, override: str | None) -> BaseModel:
+    """The 16-bit base the adapter merges into: on disk, in the Hugging Face cache, or to download (the hub is asked
+    only when it is in neither place). A base that cannot be had is one UsageError, before any work."""
+    from config.models import MODEL_PRESETS
+    from grpokit.model_loader import embedded_model_dir
+
+    adapter_config = json.loads((adapter_dir / ADAPTER_FILES[0]).read_text())
+    recorded = adapter_config.get("base_model_name_or_path") or ""
+    name = override or config.get("model_name") or recorded
+    if not name:
+        raise UsageError(f"{adapter_dir}: the adapter does not say its base model: pass --base-model.")
+    preset = MODEL_PRESETS.get(name)
+    if preset is None and not override and Path(recorded).name == "smollm2-135m-instruct":
+        preset = next(p for p in MODEL_PRESETS.values() if p.embedded)  # trained on another machine's cache
+    if preset is not None and preset.embedded:
+        return BaseModel(name, preset.hub_id, embedded_model_dir())
+    hub_id = preset.checkpoint(load_in_4bit=False) if preset is not None else name
+    if preset is None and Path(name).expanduser().is_dir():
+        local = Path(name).expanduser()
+        if "quantization_config" in json.loads((local / "config.json").read_text() or "{}"):
+            raise UsageError(f"{local} is a pre-quantized 4-bit checkpoint: pass --base-model with its 16-bit "
+                             "version (a directory or hub id).")
+        return BaseModel(name, None, local)
+    if re.search(r"-(bnb|unsloth-bnb)-4bit$", hub_id, re.IGNORECASE):
+        raise UsageError(f"{hub_id} is a pre-quantized 4-bit checkpoint: pass --base-model with its 16-bit version.")
+    if "/" not in hub_id or hub_id.startswith(("/", ".", "~")):
+        raise UsageError(f"the base model {hub_id} is neither a directory nor a Hugging Face id: pass --base-model.")
+    cached = _hub_snapshot(hub_id, local_only=True)
+    if cached is not None:
+        return BaseModel(name, hub_id, cached)
+    from grpokit.hub import hub_offline, hub_reachable
+
+    if hub_offline() or not hub_reachable():
+        raise UsageError(f"the base model {hub_id} is not in the local Hugging Face cache and the hub cannot be "
+                         "reached (offline): connect and rerun, or pass --base-model DIR with its 16-bit weights.")
+    return BaseModel(name, hub_id, None, _download_size(hub_id))
+
+
+def _hub_snapshot(hub_id: str, local_only: bool) -> Path | None:
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = Path(snapshot_download(hub_id, allow_patterns=WEIGHT_PATTERNS, local_files_only=local_only))
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError and kin): the caller decides
+        if not local_only:
+            raise
+        return None
+    return path if any(path.glob("*.safetensors")) else None
+
+
+def _download_size(hub_id: str) -> int:
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi().model_info(hub_id, files_metadata=True)
+    except Exception as err:  # noqa: BLE001 - gated, missing, renamed: one line
+        raise UsageError(f"the base model {hub_id} cannot be read from the Hugging Face hub "
+                         f"({err.__class__.__name__}): check the name or your access to it.") from None
+    return sum(s.size or 0 for s in info.siblings or [] if s.rfilename.endswith(".safetensors"))
+
+
+def check_hub_upload(repo_id: str) -> str:
+    """Before any work: the hub reachable, a token that can write. Returns the account name."""
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
+        raise UsageError(f"--push-to-hub {repo_id}: give a repository id OWNER/NAME.")
+    from grpokit.hub import require_hub
+
+    require_hub(f"the upload to {repo_id}")  # offline: one line, nothing uploaded
+    from huggingface_hub import HfApi, get_token
+
+    if not get_token():
+        raise UsageError(f"--push-to-hub {repo_id}: no Hugging Face token; run `hf auth login` or set HF_TOKEN (a "
+                         "token with write access). Nothing was exported or uploaded.")
+    try:
+        who = HfApi().whoami()
+    except Exception as err:  # noqa: BLE001 - an expired or revoked token
+        raise UsageError(f"--push-to-hub {repo_id}: the Hugging Face token was refused ({err.__class__.__name__}); "
+                         "log in again. Nothing was exported or uploaded.") from None
+    role = ((who.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise UsageError(f"--push-to-hub {repo_id}: the Hugging Face token is read-only: use a token with write "
+                         "access. Nothing was exported or uploaded.")
+    return who.get("name", "")
+
+
+def check_disk(directory: Path, needed: int, what: str) -> None:
+    """Refuse up front when `needed` bytes (with 5 % to spare) cannot fit where they will be written."""
+    probe = directory
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if needed * 1.05 > free:
+        raise UsageError(f"not enough disk space for {what} in {probe}: needs ~{_size(needed)}, {_size(free)} free; "
+                         "free some space or pass --output-dir on a larger disk.")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def default_output_dir(adapter_dir: Path, fmt: str, quant: str) -> Path:
+    return adapter_dir / "export" / (f"gguf-{quant}" if fmt == "gguf" else fmt)
+
+
+def model_stem(base: BaseModel) -> str:
+    """A file name for the exported model: the base's short name plus -grpo."""
+    short = base.hub_id.rsplit("/", 1)[-1] if base.hub_id else Path(base.name).name
+    return re.sub(r"[^\w.-]+", "-", short) + "-grpo"
+
+
+# ---- one progress line ----------------------------------------------------------------------------------------------
+
+class ProgressLine:
+    """One line on stderr for a long step, rewritten in place on a terminal ("converting ... tensor 120/272, 4 s");
+    a pipe or log file gets only the finished line. The elapsed time ticks even while a step reports nothing."""
+
+    def __init__(self, what: str):
+        self.what, self.detail = what, ""
+        self.started = time.perf_counter()
+        self.live = sys.stderr.isatty()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True) if self.live else None
+
+    def __enter__(self):
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def update(self, detail: str) -> None:
+        self.detail = detail
+
+    def _render(self, text: str) -> None:
+        width = shutil.get_terminal_size((80, 20)).columns - 1
+        sys.stderr.write("\r\033[K" + text[:width])
+        sys.stderr.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.25):
+            detail = f" {self.detail}," if self.detail else ""
+            self._render(f"{self.what}...{detail} {time.perf_counter() - self.started:.0f} s")
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+    def __exit__(self, kind, err, tb):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            sys.stderr.write("\r\033[K")
+        if kind is None:
+            log.info("%s: done in %.1f s", self.what, self.seconds)
+        return False
+
+
+def _stream(command: list[str], progress: ProgressLine, pattern: re.Pattern, describe, env=None) -> tuple[int, str]:
+    """Run `command`, feeding each line of its output (\\r-separated tqdm updates included) through `pattern` into
+    the progress line; returns (exit code, the last lines of output)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    tail: list[str] = []
+    buffer = b""
+    assert proc.stdout is not None
+    while chunk := proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096):
+        buffer += chunk
+        *lines, buffer = re.split(rb"[\r\n]", buffer)
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line:
+                continue
+            tail = (tail + [line])[-20:]
+            match = pattern.search(line)
+            if match:
+                progress.update(describe(match))
+    return proc.wait(), "\n".join(tail)
+
+
+def _last_error(tail: str) -> str:
+    lines = [line for line in tail.splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"error|exception|failed|invalid", line, re.IGNORECASE)]
+    return ((errors or lines or ["?"])[-1])[:300]
+
+
+# ---- the long parts -------------------------------------------------------------------------------------------------
+
+def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | None = None) -> Path:
+    """The adapter merged into the base (PEFT's merge_and_unload, plain transformers: no Unsloth patches), saved as
+    safetensors + tokenizer in `target` (renamed into place when complete). `dtype_name` None: the base's own dtype."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Writing model shards": the progress line says it
+    with ProgressLine(f"merging the adapter into {base_dir.name}") as progress:
+        save_dtype = getattr(torch, dtype_name) if dtype_name else _checkpoint_dtype(base_dir)
+        compute = torch.float32 if _checkpoint_bytes(base_dir) <= FLOAT32_MERGE_MAX_BYTES else save_dtype
+        progress.update("loading")
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=compute)
+        tokenizer = AutoTokenizer.from_pretrained(base_dir)
+        try:
+            model = PeftModel.from_pretrained(base, adapter_dir)
+        except (RuntimeError, ValueError, KeyError) as err:
+            raise UsageError(f"{adapter_dir}: the adapter does not fit the base model {base_dir} "
+                             f"({str(err).splitlines()[0][:200]}): pass the right --base-model.") from None
+        progress.update("merging")
+        merged = model.merge_and_unload().to(save_dtype)
+        progress.update("writing")
+        with _staged_dir(target) as partial:
+            merged.save_pretrained(partial, safe_serialization=True)
+            tokenizer.save_pretrained(partial)
+    return target
+
+
+def _checkpoint_dtype(model_dir: Path):
+    import torch
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    name = config.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    return getattr(torch, name) if name in ("float16", "bfloat16", "float32") else torch.bfloat16
+
+
+def _checkpoint_bytes(model_dir: Path) -> int:
+    return sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
+
+
+def convert(model_dir: Path, target: Path, outtype: str) -> Path:
+    """llama.cpp's converter on a transformers directory, into `target` via a temporary name."""
+    from grpokit.gguf_export import check_model_dir, converter_dir
+
+    try:
+        check_model_dir(model_dir)
+    except UsageError as err:
+        raise UsageError(str(err).replace("llama_cpp engine: ", "GGUF export: ").split("; use --set")[0] + ".") \
+            from None
+    converter = converter_dir()
+    total = _tensor_count(model_dir)
+    pattern = re.compile(r"(?:hf-to-gguf:(blk\.\d+\.\w+|\w+)\.weight.*-->)|(?:Writing:\s*(\d+)%)")
+    seen = set()
+
+    def describe(match):
+        if match.group(2):
+            return f"writing {match.group(2)} %"
+        seen.add(match.group(1))
+        return f"tensor {len(seen)}/{total}" if total else f"tensor {len(seen)}"
+
+    with _staged_file(target) as partial, ProgressLine(f"converting to GGUF ({outtype})") as progress:
+        # a subprocess: the converter imports its own gguf-py, which must not replace the installed gguf
+        code, tail = _stream([sys.executable, str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outtype",
+                              outtype, "--outfile", str(partial)], progress, pattern, describe)
+        if code:
+            _raise_write_failure(tail, partial, "llama.cpp's converter")
+    return target
+
+
+def _tensor_count(model_dir: Path) -> int:
+    count = 0
+    for weights in Path(model_dir).glob("*.safetensors"):
+        with open(weights, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            count += sum(1 for key in json.loads(handle.read(size)) if key != "__metadata__")
+    return count
+
+
+QUANTISER = """
+import ctypes, sys
+import llama_cpp
+@llama_cpp.llama_log_callback
+def log(level, text, data):
+    sys.stderr.write(text.decode("utf-8", "replace")); sys.stderr.flush()
+llama_cpp.llama_log_set(log, ctypes.c_void_p(0))
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype, params.nthread = int(sys.argv[3]), int(sys.argv[4])
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(params)))
+"""
+
+
+def quantise(source: Path, target: Path, quant: str) -> Path:
+    """llama.cpp's quantiser (llama_model_quantize: what `llama-quantize` runs) from an f16 GGUF to `quant`. A
+    subprocess: llama.cpp aborts the process on some errors, and its per-tensor log is our progress."""
+    ftype = quant_types()[quant]
+    pattern = re.compile(r"\[\s*(\d+)/\s*(\d+)\]")
+    with _staged_file(target) as partial, ProgressLine(f"quantising to {quant}") as progress:
+        code, tail = _stream([sys.executable, "-c", QUANTISER, str(source), str(partial), str(ftype),
+                              str(os.cpu_count() or 1)], progress, pattern,
+                             lambda m: f"tensor {m.group(1)}/{m.group(2)}")
+        if code:
+            _raise_write_failure(tail, partial, "llama.cpp's quantiser")
+    return target
+
+
+def _raise_write_failure(tail: str, partial: Path, who: str):
+    if re.search(r"No space left|ENOSPC|StorageFull|errno 28|Disk quota", tail, re.IGNORECASE):
+        raise OSError(28, "No space left on device", str(partial))
+    raise UsageError(f"{who} failed ({_last_error(tail)}).")
+
+
+class _staged_file:
+    """Write to a temporary name in the target's directory; rename onto the target only when the block succeeds."""
+
+    def __init__(self, target: Path):
+        self.target = Path(target)
+
+    def __enter__(self) -> Path:
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".partial")
+        os.close(fd)
+        self.partial = Path(name)
+        return self.partial
+
+    def __exit__(self, kind, err, tb):
+        if kind is None:
+            os.chmod(self.partial, 0o666 & ~_umask())  # mkstemp's 0600 would hide the export from other users
+            os.replace(self.partial, self.target)
+        else:
+            self.partial.unlink(missing_ok=True)
+        return False
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class _staged_dir:
+    """A directory built under a temporary name and swapped in whole (an older export of the same name goes after)."""
+
+    def __init__(self, target: Path):
+        self.target = Path(target)
+
+    def __enter__(self) -> Path:
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.partial = Path(tempfile.mkdtemp(dir=self.target.parent, prefix=f".{self.target.name}.",
+                                             suffix=".partial"))
+        return self.partial
+
+    def __exit__(self, kind, err, tb):
+        if kind is not None:
+            shutil.rmtree(self.partial, ignore_errors=True)
+            return False
+        os.chmod(self.partial, 0o777 & ~_umask())
+        old = None
+        if self.target.exists():
+            old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
+            self.target.rename(old)
+        self.partial.rename(self.target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return False
+
+
+def write_text(target: Path, text: str) -> Path:
+    with _staged_file(target) as partial:
+        partial.write_text(text, encoding="utf-8")
+    return target
+
+
+# ---- Ollama ---------------------------------------------------------------------------------------------------------
+
+# Go templates for Ollama, by the family of the model's own chat template (the token that marks a turn). Each
+# renders the same text as the Jinja template for system / user / assistant turns plus the generation prompt.
+OLLAMA_TEMPLATES = {
+    "<|im_start|>": ("{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
+                     "<|im_start|>assistant\n", ["<|im_end|>", "<|im_start|>"]),
+    "<|start_header_id|>": ("{{- range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n"
+                            "{{ .Content }}<|eot_id|>{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n",
+                            ["<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]),
+    "<start_of_turn>": ("{{- range .Messages }}<start_of_turn>{{ if eq .Role \"assistant\" }}model{{ else }}user"
+                        "{{ end }}\n{{ .Content }}<end_of_turn>\n{{ end }}<start_of_turn>model\n",
+                        ["<end_of_turn>", "<start_of_turn>"]),
+}
+
+
+def modelfile(model_file: str, tokenizer, system_prompt: str, adapter_file: str | None = None) -> str:
+    """An Ollama Modelfile: the GGUF, the chat template as a Go template, the system prompt the model was trained
+    with (the run's, or the template's own default) and the stop tokens."""
+    template = tokenizer.chat_template or ""
+    family = next((mark for mark in OLLAMA_TEMPLATES if mark in template), None)
+    lines = [f"FROM ./{model_file}"]
+    if adapter_file:
+        lines.append(f"ADAPTER ./{adapter_file}")
+    if family is None:
+        log.warning("Modelfile: the model's chat template is none Ollama's templates here cover; Ollama will guess "
+                    "it from the GGUF's tokenizer.chat_template.")
+    else:
+        go_template, stops = OLLAMA_TEMPLATES[family]
+        lines.append(f'TEMPLATE """{go_template}"""')
+        system = system_prompt or _default_system_prompt(tokenizer)
+        if system:
+            lines.append(f'SYSTEM """{system}"""')
+        eos = tokenizer.eos_token
+        for stop in dict.fromkeys([*stops, *([eos] if eos else [])]):
+            lines.append(f'PARAMETER stop "{stop}"')
+    return "\n".join(lines) + "\n"
+
+
+def _default_system_prompt(tokenizer) -> str:
+    """The system message a chat template adds when the conversation has none (SmolLM2's "You are a helpful AI
+    assistant named SmolLM..."): Ollama only sends one when the Modelfile says it."""
+    try:
+        plain = tokenizer.apply_chat_template([{"role": "user", "content": "\x00"}], tokenize=False)
+        marked = tokenizer.apply_chat_template([{"role": "system", "content": "\x01"},
+                                                {"role": "user", "content": "\x00"}], tokenize=False)
+    except Exception:  # noqa: BLE001 - a template without system turns
+        return ""
+    # marked = before + "\x01" + after; without a system message the template's default sits where "\x01" was
+    before, _, after = marked.partition("\x01")
+    if plain.startswith(before) and plain.endswith(after) and len(plain) > len(before) + len(after):
+        return plain[len(before):len(plain) - len(after)]
+    return ""
+
+
+# ---- the model card -------------------------------------------------------------------------------------------------
+
+def model_card(request: ExportRequest, base: BaseModel, config: dict, summary: dict, files: list[str]) -> str:
+    """A Hugging Face model card from the run's own files: base model, data, rewards, steps, the held-out figures
+    before and after, how to run it and the commands that made it."""
+    fmt = request.format
+    tags = ["grpo", "trl", "lora" if fmt == "gguf-lora" else "merged"] + (["gguf"] if fmt.startswith("gguf") else [])
+    front = ["---"]
+    if base.hub_id:
+        front.append(f"base_model: {base.hub_id}")
+    front += [f"library_name: {'transformers' if fmt == 'merged' else 'gguf'}", "tags:",
+              *[f"- {t}" for t in tags], "---", ""]
+    name = request.push_to_hub or model_stem(base)
+    what = {"gguf": f"GGUF ({request.quant}), the LoRA merged into the base", "gguf-lora": "a GGUF LoRA adapter",
+            "merged": "16-bit safetensors, the LoRA merged into the base"}[fmt]
+    body = [f"# {name}", "", f"{base.hub_id or base.name} fine-tuned with GRPO (TRL's GRPOTrainer, LoRA), "
+                             f"exported as {what}.", "", "## Training", ""]
+    lora = json.loads((Path(request.source).expanduser() / ADAPTER_FILES[0]).read_text())
+    rewards = config.get("reward_config_name") or config.get("reward_function_type") or "?"
+    custom = config.get("custom_rewards") or []
+    data = config.get("dataset_path") or config.get("custom_data") or config.get("dataset") or "?"
+    rows = [("base model", base.hub_id or base.name), ("data", f"{data}" + (
+        f" (up to {config['max_samples']} rows)" if config.get("max_samples") else "")),
+        ("rewards", ", ".join([str(rewards), *map(str, custom)])),
+        ("steps", str(summary.get("global_step", config.get("max_steps", "?")))),
+        ("LoRA", f"r {lora.get('r', '?')}, alpha {lora.get('lora_alpha', '?')}, on "
+                 f"{', '.join(sorted(lora.get('target_modules') or [])) or '?'}"),
+        ("base in training", {True: "4-bit (NF4)", False: "16-bit"}.get(config.get("load_in_4bit"), "?")),
+        ("learning rate", str(config.get("learning_rate", "?"))),
+        ("completions per prompt", str(config.get("num_generations", "?")))]
+    body += ["| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows if "?" not in v], ""]
+    greedy = summary.get("generation_eval") or {}
+    if greedy.get("baseline") is not None:
+        what_prompts = "held-out" if greedy.get("held_out") else "training (no held-out split)"
+        body += ["## Results", "",
+                 f"Greedy reward on {greedy.get('prompts')} {what_prompts} prompts, before and after training:", "",
+                 "| before (step {}) | after (step {}) |".format(greedy.get("baseline_step"), greedy.get("final_step")),
+                 "|---|---|", f"| {greedy['baseline']:.3f} | {greedy['final']:.3f} |", ""]
+        if "improved" in greedy:
+            body += [f"Per prompt: better on {greedy['improved']}, worse on {greedy['worse']}, same on "
+                     f"{greedy['same']}.", ""]
+    sampled = (summary.get("eval") or {}).get("eval_reward")
+    if sampled is not None:
+        body += [f"Sampled reward on the held-out split after training: {sampled:.3f}.", ""]
+    body += ["## Use", ""]
+    if fmt == "gguf":
+        gguf = next((f for f in files if f.endswith(".gguf")), "model.gguf")
+        body += ["```sh", f"llama-cli -m {gguf} -cnv", "ollama create my-model -f Modelfile   # with the Modelfile "
+                 "beside it", "```", ""]
+    elif fmt == "gguf-lora":
+        lora = next((f for f in files if f.endswith(".lora.gguf")), "adapter.gguf")
+        body += ["```sh", f"llama-cli -m BASE.gguf --lora {lora} -cnv", "```", ""]
+    else:
+        repo = request.push_to_hub or "THIS_DIRECTORY"
+        body += ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+                 f"model = AutoModelForCausalLM.from_pretrained(\"{repo}\")",
+                 f"tokenizer = AutoTokenizer.from_pretrained(\"{repo}\")", "```", ""]
+    body += ["## Reproduce", "", "```sh", "python train_grpo.py --config run_config.json   # the run's effective "
+             "config, in its output directory", request.command or "python train_grpo.py export OUTPUT_DIR", "```",
+             ""]
+    return "\n".join(front + body)
+
+
+# ---- the export -----------------------------------------------------------------------------------------------------
+
+def export_adapter(request: ExportRequest) -> ExportResult:
+    """Checks first, then the work; returns what was written (and uploaded)."""
+    if request.format not in FORMATS:
+        raise UsageError(f"--format {request.format}: choose one of {', '.join(FORMATS)}.")
+    adapter_dir = find_adapter(request.source)
+    quant = request.quant.strip().lower()
+    if request.format == "merged" and quant != "f16":
+        raise UsageError("--quant applies to GGUF: --format merged writes the base's own 16-bit dtype.")
+    if request.format != "merged":
+        quant = check_quant(quant)
+    if request.ollama and request.format == "merged":
+        raise UsageError("--ollama needs a GGUF: use --format gguf (or gguf-lora).")
+    request.quant = quant
+    config, summary = run_files(adapter_dir)
+    base = resolve_base(adapter_dir, config, request.base_model)
+    if request.push_to_hub:
+        check_hub_upload(request.push_to_hub)
+    out = Path(request.output_dir).expanduser() if request.output_dir else default_output_dir(
+        adapter_dir, request.format, quant)
+    _check_space(request, base, out)
+
+    result = ExportResult(out)
+    if base.local_dir is None:
+        base.local_dir = _download(base)
+    stem = model_stem(base)
+    try:
+        if request.format == "merged":
+            merge(adapter_dir, base.local_dir, out)
+            result.files.append(out)
+        elif request.format == "gguf":
+            result.files.append(_merged_gguf(adapter_dir, base.local_dir, out / f"{stem}.{quant.upper()}.gguf",
+                                             quant))
+        else:
+            result.files.append(_lora_gguf(adapter_dir, base.local_dir, out / f"{stem}.lora.gguf"))
+            if request.ollama:  # Ollama's ADAPTER needs its base beside it
+                result.files.append(_base_gguf(base.local_dir, out / f"{model_stem(base)[:-5]}.{quant.upper()}.gguf",
+                                               quant))
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(base.local_dir)
+        if request.ollama:
+            gguf_files = [f.name for f in result.files if f.suffix == ".gguf"]
+            lora = next((f for f in gguf_files if f.endswith(".lora.gguf")), None)
+            model = next(f for f in gguf_files if f != lora)
+            result.files.append(write_text(out / MODELFILE, modelfile(model, tokenizer, config.get("system_prompt")
+                                                                       or "", lora)))
+        names = [f.name for f in result.files]
+        result.files.append(write_text(out / MODEL_CARD, model_card(request, base, config, summary, names)))
+        run_config_file = adapter_dir / "run_config.json"
+        if run_config_file.is_file():
+            result.files.append(write_text(out / "run_config.json", run_config_file.read_text()))
+    except UsageError:
+        raise
+    except Exception as err:  # safetensors says StorageFull, torch and the converter say it their own ways
+        from grpokit.checkpoints import is_disk_full
+
+        if is_disk_full(err):
+            raise UsageError(f"the disk filled up while exporting into {out}: nothing was left under a final name; "
+                             "free some space (or pass --output-dir on a larger disk) and rerun.") from None
+        if isinstance(err, OSError):
+            raise UsageError(f"{err.filename or out}: {err.strerror or err}") from None
+        raise
+    if request.push_to_hub:
+        result.url = upload(out, request.push_to_hub, request.private, result)
+    return result
+
+
+def _check_space(request: ExportRequest, base: BaseModel, out: Path) -> None:
+    size16 = base.download_bytes if base.local_dir is None else _checkpoint_bytes(base.local_dir)
+    if base.local_dir is not None and _checkpoint_dtype(base.local_dir).itemsize == 4:
+        size16 //= 2
+    if request.format == "merged":
+        needed = size16
+    elif request.format == "gguf-lora":
+        adapter = (Path(request.source) / ADAPTER_FILES[1]).stat().st_size if (
+            Path(request.source) / ADAPTER_FILES[1]).exists() else 0
+        needed = 2 * adapter + (2 * size16 if request.ollama else 0)
+    else:  # the merged scratch (float32 for small models), then its f16 GGUF, then the quantised file
+        scratch = 2 * size16 if size16 <= FLOAT32_MERGE_MAX_BYTES else size16
+        needed = scratch + size16 + (0 if request.quant in CONVERTER_TYPES else size16)
+    check_disk(out, needed, f"the {request.format} export")
+    if base.local_dir is None:
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        check_disk(Path(HF_HUB_CACHE), base.download_bytes, f"downloading {base.hub_id}")
+
+
+def _download(base: BaseModel) -> Path:
+    log.info("Downloading the 16-bit base %s (%s) into the Hugging Face cache for the merge", base.hub_id,
+             _size(base.download_bytes))
+    with ProgressLine(f"downloading {base.hub_id} ({_size(base.download_bytes)})"):
+        path = _hub_snapshot(base.hub_id, local_only=False)
+    if path is None:
+        raise UsageError(f"{base.hub_id} has no safetensors weights to merge into.")
+    return path
+
+
+def _merged_gguf(adapter_dir: Path, base_dir: Path, target: Path, quant: str) -> Path:
+    """Merge into a scratch directory beside the target, convert, quantise; the scratch goes either way."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".merge-"))
+    try:
+        dtype = "float32" if _checkpoint_bytes(base_dir) <= FLOAT32_MERGE_MAX_BYTES else None
+        merged = merge(adapter_dir, base_dir, scratch / "merged", dtype)
+        return _to_gguf(merged, target, quant, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _base_gguf(base_dir: Path, target: Path, quant: str) -> Path:
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".base-"))
+    try:
+        return _to_gguf(base_dir, target, quant, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _to_gguf(model_dir: Path, target: Path, quant: str, scratch: Path) -> Path:
+    if quant in CONVERTER_TYPES:
+        return convert(model_dir, target, quant)
+    f16 = convert(model_dir, scratch / "model.f16.gguf", "f16")
+    if model_dir.is_relative_to(scratch):  # the merged scratch is in the f16 GGUF now: room for the quantised one
+        shutil.rmtree(model_dir, ignore_errors=True)
+    return quantise(f16, target, quant)
+
+
+def _lora_gguf(adapter_dir: Path, base_dir: Path, target: Path) -> Path:
+    """The adapter as a GGUF LoRA (f32 tensors, q/k rows in llama.cpp's order): the engine's own writer, given a PEFT
+    model of the base with this adapter."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from grpokit.gguf_export import SUPPORTED_ARCHITECTURES, model_architecture, write_lora_gguf
+
+    architecture = model_architecture(base_dir)
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        raise UsageError(f"--format gguf-lora: architecture {architecture} is not supported (only "
+                         f"{', '.join(SUPPORTED_ARCHITECTURES)}); use --format merged.")
+    with ProgressLine("writing the GGUF LoRA"):
+        model_config = AutoConfig.from_pretrained(base_dir)
+        with torch.device("meta"):  # the adapter's tensors are all the writer reads: no base weights in memory
+            base = AutoModelForCausalLM.from_config(model_config)
+        model = PeftModel.from_pretrained(base, adapter_dir, low_cpu_mem_usage=True)
+        heads = model_config.num_attention_heads
+        with _staged_file(target) as partial:
+            write_lora_gguf(model, partial, architecture, heads, getattr(model_config, "num_key_value_heads", heads))
+    return target
+
+
+def upload(out: Path, repo_id: str, private: bool, result: ExportResult) -> str:
+    """The export directory as one commit (all files or none: an interrupted upload leaves the repository as it was;
+    the repository itself is created first, empty)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    api = HfApi()
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and not p.name.startswith("."))
+    disable_progress_bars()  # our one line instead of a bar per file
+    try:
+        with ProgressLine(f"uploading {_size(size)} to {repo_id}") as progress:
+            api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+            commit = api.upload_folder(folder_path=str(out), repo_id=repo_id, repo_type="model",
+                                       commit_message="GRPO export (train_grpo.py export)",
+                                       ignore_patterns=[".*", "**/.*"])
+            result.seconds["upload"] = progress.seconds
+    except UsageError:
+        raise
+    except Exception as err:  # noqa: BLE001 - network, permissions: one line; the commit did not happen
+        raise UsageError(f"uploading to {repo_id} failed ({err.__class__.__name__}: "
+                         f"{str(err).splitlines()[0][:200] if str(err) else ''}); nothing was committed. The export "
+                         f"is in {out}; rerun to upload.") from None
+    finally:
+        enable_progress_bars()
+    return getattr(commit, "commit_url", None) or f"https://huggingface.co/{repo_id}"
+
+
+def command_line(argv: list[str]) -> str:
+    return shlex.join(["python", "train_grpo.py", *argv])
