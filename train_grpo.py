@@ -92,7 +92,8 @@ def main(
              "configured rewards and print one JSON object per row; no model is loaded.")] = None,
     # ---- Training
     config_file: Annotated[str | None, _opt(None, PANEL_TRAINING, "--config", "-c",
-                                            help="JSON config file (keys = config fields; see README).")] = None,
+                                            help="JSON or YAML config file (keys = config fields; "
+                                                 "docs/configuration.md).")] = None,
     preset: Annotated[str | None, _opt(None, PANEL_TRAINING, "--preset",
                                        help="Named preset from config/presets/ (default: 'default').")] = None,
     quick_test: Annotated[bool, _opt(None, PANEL_TRAINING, "--quick-test",

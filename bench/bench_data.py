@@ -1,4 +1,4 @@
-"""Mapping 100k custom JSONL rows (issue: <= 10 s on 2 cores; a second run near-instant).
+"""Mapping 100k custom JSONL rows (goal: <= 10 s on 2 cores; a second run near-instant).
 
     .venv/bin/python bench/bench_data.py
 """

@@ -1,4 +1,4 @@
-"""Rule-based rewards on 10,000 completions (issue: <= 1 s on the 2-core box).
+"""Rule-based rewards on 10,000 completions (goal: <= 1 s on a 2-core box).
 
     .venv/bin/python bench/bench_rewards.py
 """

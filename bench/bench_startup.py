@@ -1,4 +1,4 @@
-"""Wall time of `--help`, `--dry-run` and the quick test (issue 2: <= 0.5 s, <= 2 s, <= 90 s with a warm cache).
+"""Wall time of `--help`, `--dry-run` and the quick test (goals: <= 0.5 s, <= 2 s, <= 90 s with a warm cache).
 
     .venv/bin/python bench/bench_startup.py            # 5 x help, 5 x dry-run, 1 x quick test
     .venv/bin/python bench/bench_startup.py --no-train # startup only

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_streaming.py [--rounds 3] [--small 5000] [--large 200000]
 
 Runs the real CLI as a subprocess, alternating small/large each round, and reports the median wall time and the
-peak RSS (ru_maxrss of the child) of each, with and without --streaming. Goal (issue): the large file costs at most
+peak RSS (ru_maxrss of the child) of each, with and without --streaming. Goal: the large file costs at most
 1.5x the small one in time with streaming, and peak RSS stays flat.
 """
 

@@ -1,9 +1,9 @@
 """The run configuration: every field documented once, here.
 
-`--help`, the README's option table and validation all read these dataclass fields, so a field's help text is
-written in exactly one place. Fields marked `trl=True` are handed unchanged to TRL's `GRPOConfig`; any other
-`GRPOConfig` / `TrainingArguments` field may also be set from a config file or `--set`, and is checked against the
-installed TRL's own field list (read from its source, so `--dry-run` never imports TRL).
+`--help`, docs/configuration.md's field reference (tools/docgen.py) and validation all read these dataclass fields,
+so a field's help text is written in exactly one place. Fields marked `trl=True` are handed unchanged to TRL's
+`GRPOConfig`; any other `GRPOConfig` / `TrainingArguments` field may also be set from a config file or `--set`, and
+is checked against the installed TRL's own field list (read from its source, so `--dry-run` never imports TRL).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class GRPORunConfig:
         "parquet / json / jsonl / jsonl.gz files.",
         PANEL_DATA,
     )
-    custom_data: str = _f("", "Your own JSONL file (formats in the README); overrides --dataset.", PANEL_DATA)
+    custom_data: str = _f("", "Your own JSONL file (formats in docs/data.md); overrides --dataset.", PANEL_DATA)
     max_samples: int = _f(0, "Use at most this many training prompts after shuffling (0 = all).", PANEL_DATA)
     max_eval_samples: int = _f(64, "Use at most this many evaluation prompts (0 = all).", PANEL_DATA)
     eval_fraction: float = _f(
@@ -209,7 +209,7 @@ class GRPORunConfig:
         "group", "Advantage normalisation: 'group' (std per group), 'batch', or 'none' (Dr. GRPO).",
         PANEL_TRAINING, True,
     )
-    # GRPO options (grpokit/advantages.py; README "GRPO options"): order components -> weights -> sum -> scale ->
+    # GRPO options (grpokit/advantages.py; docs/grpo-options.md): order components -> weights -> sum -> scale ->
     # clip -> normalise -> baseline -> scale_rewards. All at their defaults = TRL's advantages untouched.
     baseline_type: Literal["group_mean", "group_median", "exponential_moving_average", "leave_one_out"] = _f(
         "group_mean",
@@ -245,7 +245,7 @@ class GRPORunConfig:
     seed: int = _f(42, "Seed for data shuffling, LoRA init and sampling.", PANEL_TRAINING, True)
     logging_steps: int = _f(1, "Log training metrics every N optimizer steps.", PANEL_TRAINING, True)
 
-    # ---- Training: mixed loss and adaptive group size (ours, grpokit/; README "Mixed loss, adaptive group size") --
+    # ---- Training: mixed loss and adaptive group size (ours, grpokit/; docs/grpo-options.md) ---------------
     sft_loss_weight: float = _f(
         0.0,
         "Weight of a supervised term added to the GRPO loss: the token-mean NLL of the data's reference reply "

@@ -1,4 +1,4 @@
-"""Smaller saved activations for CPU training without gradient checkpointing (issue 18: peak RSS).
+"""Smaller saved activations for CPU training without gradient checkpointing (peak RSS).
 
 On a CPU our runs keep activation checkpointing off (it costs ~60 % step time there, BENCHMARKS.md), so the loss
 pass keeps every tensor autograd saves until backward. Three of them are copies that the backward can do without,

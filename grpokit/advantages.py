@@ -12,7 +12,7 @@ With every option at its default TRL's own advantages are used untouched (`Optio
 `TRLGRPOTrainer._calculate_rewards` keeps (`trainer._gathered_rewards`), and keeps TRL's per-process slice. Only
 training steps are touched: evaluation reports TRL's own rewards and advantages.
 
-Design decisions (README "GRPO options"):
+Design decisions (docs/grpo-options.md):
 - The pure functions (`group_baselines`, `advantages`, `transform_rewards`, `Welford`, `PromptEMA`) take the whole
   gathered batch, NaN for a completion no reward function could score (TRL turns `None` into NaN). Such a row never
   enters a baseline, a std or the normaliser, and gets advantage 0.

@@ -8,8 +8,8 @@
 - Integrity: each checkpoint carries `run_manifest.json` (config hash, dataset fingerprint, package versions, git
   commit). Resuming with a different config or dataset is refused with the differences, unless --force-resume.
 - Interruption and faults (how a run ends): run_end.py.
-- Atomic checkpoints (the "reserve, write, mark complete, publish" lifecycle of NeMo Automodel PR 3261; transformers
-  issues 35525 / 35782 show what users hit without it): `checkpoint-N/.writing` is created before the first byte and
+- Atomic checkpoints (the "reserve, write, mark complete, publish" lifecycle of NeMo Automodel PR 3261; transformers#35525
+  and transformers#35782 show what users hit without it): `checkpoint-N/.writing` is created before the first byte and
   removed only after every file (model, optimizer, scheduler, RNG, trainer_state.json, run_manifest.json) is written
   and fsynced and `checkpoint-N/.complete` (step + file sizes) is in place. `latest` and rotation see only complete
   checkpoints; an incomplete one is renamed `incomplete-checkpoint-N-<UTC time>` with a one-line warning, never

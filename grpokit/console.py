@@ -1,6 +1,6 @@
 """What a person sees on the terminal during a run: no third-party noise, one progress bar, whole option names.
 
-The lead wires it like this (see each function's docstring):
+train_grpo.py wires it like this (see each function's docstring):
 
     quiet_third_party(verbose)                 # first thing in a run, before torch / unsloth / transformers / trl
     whole_option_names_in_help()               # once, before the Typer app renders --help

@@ -95,7 +95,7 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
                              "'transformers'.")
         if not (vllm_available() if vllm_installed is None else vllm_installed):
             raise UsageError("generation_engine 'vllm' needs vllm: pip install vllm, without replacing torch "
-                             "(README 'GPU').")
+                             "(docs/gpu.md).")
         return "vllm", "requested"
     if requested == "llama_cpp":
         if cuda:

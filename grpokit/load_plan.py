@@ -9,7 +9,7 @@ model loader takes its checkpoint, dtype and device_map, TRL's args its mixed pr
 their batch size.
 
 The memory figures are estimates from the model's shape (config.json numbers, config/models.py for the presets);
-each comes with its formula. They are not measurements (none has run on a GPU here; see README "GPU").
+each comes with its formula. They are not measurements (none has run on a GPU here; see docs/gpu.md).
 """
 
 from __future__ import annotations

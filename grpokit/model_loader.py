@@ -124,7 +124,7 @@ def unsloth_available() -> bool:
 
 def choose_backend(requested: str) -> str:
     if requested == "unsloth" and not unsloth_available():
-        raise UsageError("backend 'unsloth' requested but unsloth is not installed: see README 'Install'.")
+        raise UsageError("backend 'unsloth' requested but unsloth is not installed: see docs/development.md.")
     if requested == "auto":
         return "unsloth" if unsloth_available() else "transformers"
     return requested
@@ -188,7 +188,7 @@ def _patch_trl_for_cpu() -> None:
     except Exception:
         raise UsageError(
             "TRL 1.15's GRPO needs a GPU (its fused LM-head kernel is Triton-only) unless unsloth_zoo's CPU ops are "
-            "installed: pip install --no-deps unsloth_zoo==2026.10.9 (see README 'Install')."
+            "installed: pip install --no-deps unsloth_zoo==2026.10.9 (see docs/development.md)."
         ) from None
     patch_trl_fused_lm_head()
 

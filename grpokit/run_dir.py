@@ -1,7 +1,7 @@
 """A run's output directory: the name of every file a run leaves there, and the readers of them (typed once here).
 
-What each file holds is in README ("What a run leaves in --output-dir"). Checkpoint internals (markers, manifest,
-lock) belong to checkpoints.py; this module names the files a user, the report and the summary read.
+What each file holds is in docs/evaluation.md ("What a run leaves in --output-dir"). Checkpoint internals (markers,
+manifest, lock) belong to checkpoints.py; this module names the files a user, the report and the summary read.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def test_after_import_runs_once_when_the_module_loads(tmp_path, monkeypatch):
 
 
 def test_importing_console_imports_no_heavy_library():
-    # The lead imports console before Unsloth: transformers / torch must not come in with it.
+    # train_grpo.py imports console before Unsloth: transformers / torch must not come in with it.
     code = "import sys; from grpokit import console; print(sorted(m for m in ('transformers', 'torch', 'rich', 'trl') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -420,7 +420,7 @@ def _write_sentencepiece(path, vocab_size):
                                           "Gemma3ForCausalLM"])
 def test_export_and_lora_push_for_other_architectures(tmp_path, monkeypatch, architecture):
     """Any supported architecture, not only the embedded Llama: the exported GGUF plus the pushed LoRA give the PEFT
-    model's last-token logits (the issue's bar: within 0.05)."""
+    model's last-token logits (within 0.05)."""
     pytest.importorskip("llama_cpp")
     import torch
     from peft import LoraConfig, get_peft_model

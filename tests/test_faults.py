@@ -3,7 +3,7 @@
 Fast tests use real files and processes (no model). The slow ones run the real CLI on the embedded model and break it
 for real: a user's reward function raising, a filesystem that fills up during a save (a small tmpfs), and kill -9
 while a checkpoint is being written. Each then resumes with `--resume-from-checkpoint latest` and must end where an
-uninterrupted run ends (same final step, same adapter: 16-bit weights are bit-exact on resume, see README).
+uninterrupted run ends (same final step, same adapter: 16-bit weights are bit-exact on resume, see docs/checkpoints.md).
 """
 
 import json

@@ -1,4 +1,4 @@
-"""The GPU path on a CPU machine (issue 34): every machine-dependent decision is a function of a `Machine`, so a T4,
+"""The GPU path on a CPU machine: every machine-dependent decision is a function of a `Machine`, so a T4,
 an A100, two GPUs under DDP and eight under ZeRO-3 are data here. Loaders and TRL's config are stubbed only at the
 library boundary (transformers / Unsloth `from_pretrained`, peft, `trl.GRPOConfig`) to record what we hand them."""
 

@@ -72,7 +72,7 @@ def test_bad_checkpoints_exit_2_and_write_nothing(cli, tmp_path):
 def test_sigint_then_resume_latest_matches_the_uninterrupted_run(tmp_path, straight):
     """Ctrl-C mid-run, then `--resume-from-checkpoint latest`: the same adapter and logged steps as the uninterrupted
     run (conftest.FAULT_RUN: 16-bit weights, bit-exact on resume; with bitsandbytes 4-bit on CPU the first resumed
-    step can sample one token differently, see README "Checkpoints and resume")."""
+    step can sample one token differently, see docs/checkpoints.md)."""
     from safetensors.torch import load_file
 
     out = tmp_path / "interrupted"
