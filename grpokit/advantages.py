@@ -19,13 +19,18 @@ Design decisions (docs/grpo-options.md):
 - A group whose valid rewards are all equal gets advantage 0 (there is nothing to compare), for every baseline except
   the EMA with scale_rewards 'none' / 'batch', whose baseline comes from earlier steps: there `r - baseline` is the
   signal. With scale_rewards 'group' the EMA gives such a group 0 too: dividing a history-based difference by the
-  group's std (0 + 1e-4) would multiply it by 10^4.
+  group's std (0 + 1e-4) would multiply it by 10^4; with 'batch' a step whose rewards are all equal gets 0 for the
+  same reason. "Equal" is relative: within REL_TOL (1e-6) of the batch's largest |reward|, so float rounding of
+  values like 1/3 at any magnitude is not mistaken for signal (nor kept by dynamic sampling).
 - EMA baseline: one value per prompt (keyed by the row's `id` column, else by the prompt itself), carried across
   steps: b = decay * b_previous + (1 - decay) * group mean, and the first time a prompt is seen b = its group mean.
   A prompt comes back once per epoch (per dynamic-sampling draw), so in a one-epoch run it equals group_mean.
 - The reward normaliser (Welford) is updated with a step's valid rewards before it normalises them (the first step is
   normalised by its own statistics); until it has two values with a non-zero spread it only subtracts the mean.
 - EMA values and normaliser statistics are saved as `reward_state.json` in every checkpoint and loaded on resume.
+  A checkpoint taken in the middle of a generation buffer (steps_per_generation or num_iterations > 1) saves the
+  state as it was before that buffer's batch was scored: a resumed run generates that batch again (TRL keeps no
+  buffer in a checkpoint) and scores it once, as the uninterrupted run did, instead of counting it twice.
 - Dynamic sampling (DAPO, arXiv:2503.14476 §3.2; trl#3708): groups whose (post-processed) rewards have zero variance
   are dropped and replaced by groups of new prompts drawn at random from the training set, at most
   `dynamic_sampling_max_rounds` extra generation rounds per generation batch. Every rank computes the kept counts of
@@ -54,6 +59,10 @@ BASELINES = ("group_mean", "group_median", "exponential_moving_average", "leave_
 SCALE_REWARDS = ("group", "batch", "none")
 STATE_FILE = "reward_state.json"
 STD_EPS = 1e-4  # what TRL adds to the std before dividing (grpo_trainer.py)
+# Rewards that differ by less than this fraction of the batch's largest |reward| are equal: float32 rounding (1/3 of
+# one sum against 1/3 of another, 0.1 + 0.2 against 0.3, a normalised value) differs by a few 1e-8 of the magnitude,
+# at any magnitude, so an absolute tolerance would call such a group "spread" at 1e3 and flat ones spread at 1e-9.
+REL_TOL = 1e-6
 
 # Batch keys dynamic sampling knows how to merge across rounds: (side the padding goes, padding value; None = the
 # tokenizer's pad id). Anything else in TRL's output (images, token_type_ids, ...) turns dynamic sampling off.
@@ -139,19 +148,44 @@ def group_baselines(rewards: torch.Tensor, group_size: int, baseline: str,
     return torch.where(valid, base, torch.full_like(base, math.nan)).reshape(-1)
 
 
-def zero_spread_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """[B / group_size] bool: groups whose valid rewards are all equal (or that have fewer than two)."""
-    std = _nanstd(rewards.view(-1, group_size), dim=1)
-    return torch.isnan(std) | torch.isclose(std, torch.zeros_like(std))
+def _scale(rewards: torch.Tensor) -> torch.Tensor:
+    """The batch's largest |valid reward| (0 when none): what REL_TOL is relative to."""
+    valid = rewards[~torch.isnan(rewards)]
+    return valid.abs().max() if valid.numel() else torch.zeros((), dtype=rewards.dtype, device=rewards.device)
+
+
+def _spread(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max - min over each row's valid values, the count of valid values) of a [G, n] tensor with NaNs."""
+    valid = ~torch.isnan(groups)
+    high = torch.where(valid, groups, torch.full_like(groups, -math.inf)).max(dim=1).values
+    low = torch.where(valid, groups, torch.full_like(groups, math.inf)).min(dim=1).values
+    return high - low, valid.sum(dim=1)
+
+
+def zero_spread_groups(rewards: torch.Tensor, group_size: int, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """[B / group_size] bool: groups whose valid rewards are all equal (or that have fewer than two). Equal: within
+    REL_TOL of `scale` (by default the largest |reward| of `rewards`, the whole gathered batch)."""
+    spread, count = _spread(rewards.view(-1, group_size))
+    scale = _scale(rewards) if scale is None else scale
+    return (count < 2) | (spread <= REL_TOL * scale)
+
+
+def flat_batch(rewards: torch.Tensor) -> bool:
+    """Whether every valid reward of the batch is the same (within REL_TOL of the largest |reward|)."""
+    spread, count = _spread(rewards.reshape(1, -1))
+    return bool(count[0] < 2 or spread[0] <= REL_TOL * _scale(rewards))
 
 
 def advantages(rewards: torch.Tensor, group_size: int, baseline: str = "group_mean", scale_rewards: str = "group",
                ema: torch.Tensor | None = None) -> torch.Tensor:
     """Advantage of every completion: (reward - baseline), divided by the group's std ('group'), the batch's std
     ('batch') or nothing ('none'), + 1e-4 as TRL. Rows with a NaN reward, and groups with zero spread (see the module
-    docstring for the EMA exception), get 0. Shape [B]."""
+    docstring for the EMA exception), get 0. Computed in float64 (returned in the rewards' dtype), so a difference
+    of two large rewards keeps its digits. Shape [B]."""
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"unknown scale_rewards {scale_rewards!r}; valid: {', '.join(SCALE_REWARDS)}")
+    dtype, rewards = rewards.dtype, rewards.double()
+    ema = ema.double() if ema is not None else None
     adv = rewards - group_baselines(rewards, group_size, baseline, ema)
     if scale_rewards == "group":
         adv = adv / (_nanstd(rewards.view(-1, group_size), dim=1).repeat_interleave(group_size) + STD_EPS)
@@ -161,7 +195,12 @@ def advantages(rewards: torch.Tensor, group_size: int, baseline: str = "group_me
         # In-group baselines: exactly 0 mathematically, so float noise (x 1e4 under 'group') never becomes signal.
         # A history-based (EMA) baseline keeps `r - b` for such a group unless 'group' would divide it by ~1e-4.
         adv = adv.masked_fill(zero_spread_groups(rewards, group_size).repeat_interleave(group_size), 0.0)
-    return torch.nan_to_num(adv, nan=0.0)
+    elif scale_rewards == "batch" and flat_batch(rewards):
+        # EMA + 'batch' on a step whose rewards are all equal (every completion failed): the batch has no spread to
+        # scale by, and `r - b` over 1e-4 would be ~10^4 times the reward. Nothing in this batch tells completions
+        # apart, so it teaches nothing, as a flat group under 'group'.
+        adv = torch.zeros_like(adv)
+    return torch.nan_to_num(adv, nan=0.0).to(dtype)
 
 
 def transform_rewards(raw: torch.Tensor, scaling: float = 1.0, clipping: float = 0.0) -> tuple[torch.Tensor,
@@ -200,8 +239,11 @@ class Welford:
         return math.sqrt(self.m2 / (self.count - 1)) if self.count > 1 else 0.0
 
     def normalise(self, values: torch.Tensor) -> torch.Tensor:
+        """(values - mean) / std; while every value seen is the same (std within REL_TOL of |mean|: rounding), the
+        mean is only subtracted."""
         std = self.std
-        return (values - self.mean) / (std if std > 1e-8 else 1.0)
+        spread = std > REL_TOL * abs(self.mean) and std > 0
+        return (values - self.mean) / (std if spread else 1.0)
 
     def state(self) -> dict[str, float]:
         return {"count": self.count, "mean": self.mean, "m2": self.m2}
@@ -240,6 +282,11 @@ class RunState:
         self.ema = PromptEMA(options.baseline_ema_decay)
         self.normaliser = Welford()
         self.warned: set[str] = set()  # warnings said once per run
+        self.before_generation: dict[str, Any] | None = None  # to_json() before the current buffer's batch
+
+    def mark_generation(self) -> None:
+        """Called before a generation batch is scored: the state a checkpoint in the middle of its buffer saves."""
+        self.before_generation = json.loads(json.dumps(self.to_json()))
 
     def to_json(self) -> dict[str, Any]:
         return {"ema_baselines": self.ema.values, "normaliser": self.normaliser.state()}
@@ -257,11 +304,23 @@ def run_state(trainer) -> RunState:
 
 
 def save_state(trainer, checkpoint_dir: str | Path) -> None:
-    """Called while a checkpoint is written (before it is marked complete); every rank holds the same state."""
+    """Called while a checkpoint is written (before it is marked complete); every rank holds the same state. In the
+    middle of a generation buffer: the state before the buffer's batch was scored (see the module docstring)."""
     options = trainer.advantage_options
     if options is None or not options.reshapes or not trainer.args.should_save:
         return
-    (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(run_state(trainer).to_json()) + "\n")
+    state = run_state(trainer)
+    data = state.to_json()
+    if mid_buffer(trainer) and state.before_generation is not None:
+        data = state.before_generation
+    (Path(checkpoint_dir) / STATE_FILE).write_text(json.dumps(data) + "\n")
+
+
+def mid_buffer(trainer) -> bool:
+    """Whether the next training step reuses generations already made (TRL's `_prepare_inputs`: a new batch every
+    steps_per_generation x num_iterations micro-steps, counted by `_step`)."""
+    every = getattr(trainer.args, "steps_per_generation", 1) * getattr(trainer, "num_iterations", 1)
+    return getattr(trainer, "_step", 0) % max(1, every) != 0
 
 
 def load_state(trainer, checkpoint_dir: str | Path | None) -> None:
@@ -334,6 +393,7 @@ def generate_and_score(trainer, generate, inputs: list[dict[str, Any]]) -> dict[
     options = getattr(trainer, "advantage_options", None)
     if options is None or not trainer.model.training or not (options.reshapes or options.dynamic_sampling):
         return generate(inputs)
+    run_state(trainer).mark_generation()
     if not options.dynamic_sampling:
         return _score_round(trainer, generate, inputs)[0]
     return _dynamic_sampling(trainer, generate, inputs)

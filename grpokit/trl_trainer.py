@@ -128,6 +128,16 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         return output
 
     # ---- advantages (grpokit/advantages.py) ------------------------------------------------------------------------
+    def _prepare_inputs(self, generation_batch):
+        # A resumed trainer counts TRL's micro-steps (`_step`) from 0, which would move TRL's generation schedule:
+        # resumed in the middle of a buffer it would generate now and again every steps_per_generation x
+        # num_iterations micro-steps from here, not on the uninterrupted run's steps. Counted from the run's start,
+        # it regenerates the interrupted buffer once (nothing holds it) and then generates where the run would have.
+        if (self.model.training and getattr(self, "_step", None) == 0 and self.state.global_step > 0
+                and getattr(self, "_buffered_inputs", None) is None):
+            self._step = self.state.global_step * self.args.gradient_accumulation_steps
+        return super()._prepare_inputs(generation_batch)
+
     def _calculate_rewards(self, *args, **kwargs):
         # the gathered [all rows, reward functions] tensor TRL sums and baselines inline; kept to recompute from
         self._gathered_rewards = super()._calculate_rewards(*args, **kwargs)
