@@ -1,43 +1,49 @@
-"""Run model-written Python in a sandbox: one process group, a fresh temp dir, limits, and Linux namespaces.
+"""Run model-written Python where it sees nothing of the machine: the host side of the code sandbox.
 
-Every execution gets:
-  * its own session / process group (start_new_session), killed whole with SIGKILL at the time limit and again
-    after a normal exit (children a program left behind, e.g. a fork bomb's);
-  * a fresh temporary directory as its cwd and HOME, removed afterwards;
-  * an environment reduced to an allow-list (PATH, LANG, LC_ALL, HOME, TMPDIR, PYTHONDONTWRITEBYTECODE,
-    PYTHONHASHSEED): no HF_TOKEN, WANDB_API_KEY or anything else of the parent's;
-  * resource limits set by the program's first lines, before any untrusted code: CPU seconds (RLIMIT_CPU), address
-    space (RLIMIT_AS, 1 GiB by default), file size (RLIMIT_FSIZE), open files (RLIMIT_NOFILE), and RLIMIT_NPROC
-    where it means something (not for root, whom the kernel exempts);
-  * stdout / stderr read to the end but only the last `output_bytes` of each kept, so a program that prints a GB
-    neither blocks nor fills memory;
-  * `python -I -B` (isolated mode: no PYTHON* variables, no user site-packages, no script dir on sys.path).
+Model-written code is hostile input. Each sandbox is a long-lived *zygote* (grpokit/sandbox_worker.py) started once
+inside fresh Linux namespaces; every completion runs in a child forked from it, so a completion costs a fork, not an
+interpreter start. What a sandbox gets, where the OS allows it (probed once per process, see `protections()`):
 
-Where the OS allows it (probed once per process with a real run, see `protections()`), the program also runs under
-util-linux `unshare` in new network, mount and pid namespaces: no network but a loopback that is down; every mount
-read-only except its temp dir; a /dev with only null, zero, random and urandom; a /proc showing only its own
-processes; all capabilities dropped (`setpriv`), and, as root, a pids cgroup capping its processes (a fork bomb
-hits the cap; RLIMIT_NPROC does nothing for root). As root the namespaces come from the kernel directly; otherwise
-from an unprivileged user namespace when the kernel permits one. Without namespaces the run logs so once and keeps
-the rest (limits, env allow-list, temp dir, group kill): the code can then reach the network and write wherever
-this user can.
+  * user: not root. As root the sandbox drops to uid/gid 65534 (`SANDBOX_UID`) after setting up its namespaces, so
+    root-owned files (tokens, keys, sockets) are closed to it even where a path were visible; as another user, an
+    unprivileged user namespace maps its root to that user, with every capability dropped;
+  * files: a root of its own (pivot_root onto a small read-only tmpfs) holding only the interpreter's prefix and
+    the system's /usr, /bin, /lib read-only, a /dev with null, zero, random and urandom, its own /proc, and a
+    size-limited tmpfs /tmp where each job gets a fresh directory as its cwd and HOME (removed afterwards without
+    recursion: thousands of nested directories cannot stop it). No home directories, caches, project or output
+    directories, other sandboxes, unix sockets or the host's /tmp;
+  * namespaces: network (a loopback that is down), mount, pid (the zygote is pid 1: the code cannot signal it, and
+    a daemon the code leaves behind is killed after its job), IPC (no host SysV shared memory or queues), UTS and
+    cgroup;
+  * a seccomp filter: no nested user or other namespaces, no ptrace or process_vm_*, no keyrings, no mounts, no
+    bpf / perf / userfaultfd / io_uring; the zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
+  * cgroups (v1 memory/cpu/pids, or v2 where this process may create child groups): `memory_mb` for the whole
+    sandbox (the tmpfs included), one CPU, `processes` tasks; plus per-job rlimits (CPU seconds, address space,
+    file size, open files, no core files);
+  * an environment allow-list (no HF_TOKEN, WANDB_API_KEY, ...), a process group per job killed whole, stdout /
+    stderr read to the end with only their tails kept.
 
-What it does not do: it is not a VM or a seccomp jail. The code shares the kernel, can read files this user can
-read (read-only), can use up to `memory_mb` per process, and the host's memory is not capped as a whole (no memory
-cgroup). For untrusted code at scale use an external sandbox (`SandboxFusion` below).
+Where the OS refuses a layer (a container whose seccomp profile blocks `unshare`, cgroup v2 without delegation),
+`describe()` says in one line what holds and what does not, and the rest is kept: without namespaces a job still
+runs as uid 65534 when started as root, under the seccomp filter, rlimits and the env allow-list, but it can reach
+the network and read what that uid can read. `require_sandbox` (rewards/code.py) refuses to run code then.
+
+Not a VM: the code shares the kernel. For untrusted code at scale use an external service (`SandboxFusion`).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
 import os
 import secrets
-import selectors
+import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -45,27 +51,36 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grpokit import sandbox_worker
+from grpokit.sandbox_worker import decode, encode, read_frame, write_frame
 
 log = logging.getLogger("grpo")
 
 ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED")
-PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")  # cgroup v1 pids hierarchy (cgroup v2: not used, see protections)
+SANDBOX_UID = 65534  # "nobody": owns nothing on the host
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+WORKER_SOURCE = Path(sandbox_worker.__file__).read_text(encoding="utf-8")
+START_TIMEOUT = 30.0
 
 
 class SandboxError(Exception):
-    """The sandbox itself failed (cannot fork, cannot create its temp dir, the service is unreachable): not the
-    program's fault, so the reward drops the sample (None) instead of scoring it 0."""
+    """The sandbox itself failed (cannot start, its service is unreachable): not the program's fault, so the reward
+    drops the sample (None) instead of scoring it 0."""
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one execution may use. `timeout`: wall-clock seconds; CPU seconds are capped at the next whole second."""
+    """What one job may use. `timeout`: wall-clock seconds for the job (CPU seconds capped at the next whole
+    second); `memory_mb`: the whole sandbox (cgroup) and each process (address space); `disk_mb`: its tmpfs."""
 
     timeout: float = 10.0
     memory_mb: int = 1024
     file_size_mb: int = 16
+    disk_mb: int = 64
     open_files: int = 64
     processes: int = 64
     output_bytes: int = 64 * 1024
@@ -80,36 +95,448 @@ class Execution:
     stderr: str
     timed_out: bool
     duration: float
-    channel: bytes = b""  # what the program wrote to its result channel (fd number given on stdin)
+    channel: bytes = b""  # what the program wrote to fd 3
     truncated: bool = False
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# The isolation layer: probed once, cached
+# Starting a sandbox
 # -----------------------------------------------------------------------------------------------------------------
 
-# Run as `sh -c SCRIPT sandbox TMPDIR CGROUP MODE python ...`, inside new mount/net/pid namespaces. Mount
-# propagation is made private first so nothing here reaches the host's mounts.
+# Run as `sh -c SETUP sandbox ROOT TMP_MB MOUNTS UID python ...` (MOUNTS: "host=inside:..." read-only binds) inside new mount/pid/net/ipc/uts/cgroup namespaces
+# (pid 1 of the new pid namespace). Mount propagation goes private first so nothing here reaches the host's mounts.
 _SETUP = r"""
 set -e
+R=$1; TMP_MB=$2; RO=$3; AS_UID=$4; shift 4
 mount --make-rprivate /
-mount --bind "$1" "$1"
-if [ -n "$2" ]; then echo 0 > "$2/cgroup.procs" || true; fi
-if [ "$3" = root ]; then
-  mount -t tmpfs -o size=64k,mode=755,nosuid,noexec sandbox-dev /dev
-  mknod -m 666 /dev/null c 1 3; mknod -m 666 /dev/zero c 1 5
-  mknod -m 444 /dev/random c 1 8; mknod -m 444 /dev/urandom c 1 9
-  ln -s /proc/self/fd /dev/fd
+mount -t tmpfs -o size=1m,mode=755,nosuid sandbox-root "$R"
+IFS=:
+for m in $RO; do
+  p=${m%%=*}; d=${m#*=}
+  if [ -L "$p" ]; then mkdir -p "$R$(dirname "$d")"; ln -s "$(readlink "$p")" "$R$d"
+  elif [ -d "$p" ]; then mkdir -p "$R$d"; mount --bind "$p" "$R$d"; mount -o remount,bind,ro,nosuid,nodev "$R$d"
+  fi
+done
+unset IFS
+mkdir -p "$R/dev" "$R/proc" "$R/tmp" "$R/.old"
+for n in null zero random urandom; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
+mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
+mount -t tmpfs -o "size=${TMP_MB}m,mode=1777,nosuid,nodev" sandbox-tmp "$R/tmp"
+cd "$R"
+/usr/sbin/pivot_root . .old || pivot_root . .old
+cd /
+umount -l /.old
+rmdir /.old
+mount -o remount,ro,bind /
+if [ -n "$AS_UID" ]; then
+  exec setpriv --reuid="$AS_UID" --regid="$AS_UID" --clear-groups --no-new-privs --inh-caps=-all \
+    --ambient-caps=-all --bounding-set=-all -- "$@"
 fi
-while read -r _ _ _ _ m _; do
-  [ "$m" = "$1" ] || mount -o remount,bind,ro "$m" 2>/dev/null || true
-done < /proc/self/mountinfo
-shift 3
 exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
 """
 
+_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def interpreter() -> str:
+    """The real interpreter behind this one (a venv's python is a link to it): run with -I -S, stdlib only."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """(host path, path inside) of what the sandbox's root shows, read-only: the system's libraries where they
+    are, and the interpreter's prefix at /opt/python-N when it lives elsewhere (a pyenv or conda prefix under a
+    home directory: the sandbox sees the interpreter, not the home directory around it)."""
+    prefixes = [os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix),
+                os.path.dirname(os.path.dirname(interpreter()))]
+    mounts = [(p, p) for p in SYSTEM_DIRS if os.path.lexists(p)]
+    for prefix in prefixes:
+        if any(prefix == host or prefix.startswith(host.rstrip("/") + "/") for host, _ in mounts
+               if not os.path.islink(host)):
+            continue
+        mounts.append((prefix, f"/opt/python-{len(mounts)}"))
+    return [(host, inside) for host, inside in mounts if ":" not in host and "=" not in host]
+
+
+def _inside(path: str) -> str:
+    """Where a host path under one of the mounts is, inside the sandbox."""
+    for host, inside in _mounts():
+        if path == host or path.startswith(host.rstrip("/") + "/"):
+            return inside + path[len(host):]
+    return path
+
+
+class _Cgroups:
+    """A memory / cpu / pids group for one sandbox (cgroup v1 hierarchies, or a v2 group where delegation allows
+    one). `procs`: the cgroup.procs files the launcher writes its pid to; `kinds`: what was capped."""
+
+    def __init__(self, limits: Limits):
+        self.dirs: list[Path] = []
+        self.procs: list[str] = []
+        self.kinds: list[str] = []
+        name = f"grpokit-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
+        memory = str((limits.memory_mb + limits.disk_mb) << 20)
+        if (CGROUP_ROOT / "memory" / "cgroup.procs").exists():
+            own = _own_cgroup("memory")
+            self._make(CGROUP_ROOT / "memory" / own.lstrip("/") / name, "memory",
+                       {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory})
+            self._make(CGROUP_ROOT / "cpu" / _own_cgroup("cpu").lstrip("/") / name, "cpu",
+                       {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"})
+            self._make(CGROUP_ROOT / "pids" / _own_cgroup("pids").lstrip("/") / name, "pids",
+                       {"pids.max": str(limits.processes)})
+        elif (CGROUP_ROOT / "cgroup.controllers").exists():
+            parent = CGROUP_ROOT / _own_cgroup("").lstrip("/")
+            try:
+                enabled = (parent / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                enabled = []
+            files = {"memory.max": memory, "memory.swap.max": "0", "cpu.max": "100000 100000",
+                     "pids.max": str(limits.processes)}
+            wanted = {k: v for k, v in files.items() if k.split(".")[0] in enabled}
+            if wanted:
+                self._make(parent / name, "v2", wanted)
+                if self.procs:
+                    self.kinds = sorted({k.split(".")[0] for k in wanted})
+
+    def _make(self, path: Path, kind: str, files: dict[str, str]) -> None:
+        try:
+            path.mkdir()
+        except OSError:
+            return
+        self.dirs.append(path)
+        wrote = False
+        for key, value in files.items():
+            try:
+                (path / key).write_text(value)
+                wrote = True
+            except OSError:
+                continue  # memsw without swap accounting, swap.max without swap
+        if wrote:
+            self.procs.append(str(path / "cgroup.procs"))
+            self.kinds.append(kind)
+
+    def remove(self) -> None:
+        for path in self.dirs:
+            for _ in range(100):  # the sandbox's processes are dying: the group empties within milliseconds
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+        self.dirs = []
+
+
+def _own_cgroup(controller: str) -> str:
+    """This process's group in `controller`'s hierarchy ("" = cgroup v2)."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            if (controller and controller in names.split(",")) or (not controller and names == ""):
+                return path
+    except (OSError, ValueError):
+        pass
+    return "/"
+
+
+# Enters the cgroups (each file named before "--"), then execs the rest: the whole sandbox starts inside them.
+_ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
+
+
+class Sandbox:
+    """One zygote in its namespaces. Jobs run one at a time (`run`, `serve`); `alive` is False once it is lost."""
+
+    def __init__(self, limits: Limits, mode: str):
+        self.limits, self.mode = limits, mode
+        self.cgroups = _Cgroups(limits) if os.geteuid() == 0 else None
+        self.mountpoint = tempfile.mkdtemp(prefix="grpokit-sandbox-") if mode in ("root", "user") else ""
+        self.hostroot = ""  # mode "none": the jobs' directories on the host
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.control = ours
+        mounts = ":".join(f"{host}={inside}" for host, inside in _mounts())
+        relocated = [inside for host, inside in _mounts() if host != inside]
+        env = {**_ENV, **({"LD_LIBRARY_PATH": ":".join(f"{p}/lib" for p in relocated)} if relocated else {})}
+        worker = [_inside(interpreter()) if mode in ("root", "user") else interpreter(), "-I", "-S", "-B", "-c",
+                  WORKER_SOURCE, str(theirs.fileno())]
+        if mode == "root":
+            command = ["unshare", "--net", "--mount", "--pid", "--ipc", "--uts", "--cgroup", "--fork",
+                       "--kill-child", "sh", "-c", _SETUP, "sandbox", self.mountpoint, str(limits.disk_mb),
+                       mounts, str(SANDBOX_UID), *worker, "/tmp", "pidns"]
+        elif mode == "user":
+            command = ["unshare", "--user", "--map-root-user", "--net", "--mount", "--pid", "--ipc", "--uts",
+                       "--cgroup", "--fork", "--kill-child", "sh", "-c", _SETUP, "sandbox", self.mountpoint,
+                       str(limits.disk_mb), mounts, "", *worker, "/tmp", "pidns"]
+        else:
+            self.hostroot = tempfile.mkdtemp(prefix="grpokit-sandbox-")
+            command = [*worker, self.hostroot, "nopidns"]
+            if os.geteuid() == 0 and shutil.which("setpriv"):
+                os.chown(self.hostroot, SANDBOX_UID, SANDBOX_UID)
+                command = ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+                           "--inh-caps=-all", "--bounding-set=-all", "--", *command]
+        if self.cgroups and self.cgroups.procs:
+            command = ["sh", "-c", _ENTER, "enter", *self.cgroups.procs, "--", *command]
+        try:
+            self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
+                                            start_new_session=True, cwd="/")
+        except OSError as err:
+            theirs.close()
+            self.close()
+            raise SandboxError(f"cannot start the sandbox: {err}") from err
+        theirs.close()
+        ready = self._answer(START_TIMEOUT)
+        if not ready or not ready.get("ready"):
+            err = self._stderr_tail()
+            self.close()
+            raise SandboxError(f"the sandbox did not start ({mode}): {err or 'no answer'}")
+        self.uid = ready["uid"]
+        self.seccomp = ready["seccomp"]  # "" when the filter is on, else why not
+        self.alive = True
+
+    def _stderr_tail(self) -> str:
+        try:
+            if self.process.poll() is None:
+                self.process.kill()
+            return self.process.stderr.read().decode("utf-8", "replace").strip()[-300:]
+        except (OSError, ValueError, AttributeError):
+            return ""
+
+    def _answer(self, timeout: float) -> dict | None:
+        ready, _, _ = select.select([self.control], [], [], max(0.0, timeout))
+        if not ready:
+            return None
+        try:
+            return read_frame(self.control.fileno())
+        except (OSError, ValueError):
+            return None
+
+    def job(self, kind: str, timeout: float, program: str = "") -> Job:
+        return Job(self, kind, timeout, program)
+
+    def close(self) -> None:
+        self.alive = False
+        process = getattr(self, "process", None)
+        if process is not None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            if process.stderr:
+                process.stderr.close()
+        self.control.close()
+        if self.cgroups:
+            self.cgroups.remove()
+        for path in (self.mountpoint, self.hostroot):
+            if path:
+                _remove_host_tree(path)
+
+
+def _remove_host_tree(path: str) -> None:
+    """Remove a directory (a job's leftovers in mode "none"): never raises, never recurses."""
+    try:
+        sandbox_worker._remove_tree(path)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _rlimits(limits: Limits, pids_cgroup: bool) -> list[tuple[str, int]]:
+    pairs = [("RLIMIT_CPU", int(math.ceil(limits.timeout)) + 1), ("RLIMIT_AS", limits.memory_mb << 20),
+             ("RLIMIT_FSIZE", limits.file_size_mb << 20), ("RLIMIT_NOFILE", limits.open_files),
+             ("RLIMIT_CORE", 0)]
+    if not pids_cgroup:
+        pairs.append(("RLIMIT_NPROC", limits.processes))
+    return pairs
+
+
+class Job:
+    """One forked child of a sandbox, with its four pipes (stdin, stdout, stderr, channel). The host end pumps them
+    together, so a program that prints a gigabyte while the host writes a request can never deadlock them."""
+
+    def __init__(self, sandbox: Sandbox, kind: str, timeout: float, program: str = ""):
+        self.sandbox, self.limits = sandbox, sandbox.limits
+        self.start = time.monotonic()
+        self.deadline = self.start + timeout + 2.0  # the zygote kills at `timeout`; this is the host's backstop
+        pipes = [os.pipe() for _ in range(4)]
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
+        self.stdin, self.stdout, self.stderr, self.channel = pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]
+        capped = set(sandbox.cgroups.kinds) if sandbox.cgroups else set()
+        header = {"kind": kind, "timeout": timeout, "program": program,
+                  "rlimits": _rlimits(self.limits, bool({"pids", "v2"} & capped))}
+        body = json.dumps(header).encode()
+        try:
+            sent = socket.send_fds(sandbox.control, [struct.pack(">I", len(body)) + body], theirs)
+            sandbox.control.sendall((struct.pack(">I", len(body)) + body)[sent:])
+        except OSError as err:
+            sandbox.alive = False
+            self._close_all(theirs)
+            raise SandboxError(f"the sandbox is gone: {err}") from err
+        finally:
+            for fd in theirs:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        for fd in (self.stdin, self.stdout, self.stderr, self.channel):
+            os.set_blocking(fd, False)
+        self.tails = {self.stdout: bytearray(), self.stderr: bytearray()}
+        self.truncated = False
+        self.inbox = bytearray()  # the channel's unread bytes
+        self.outbox = bytearray()  # stdin's unwritten bytes
+        self.open = {self.stdout, self.stderr, self.channel}
+        self.result: dict | None = None
+
+    @staticmethod
+    def _close_all(fds) -> None:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _pump(self, until, timeout: float | None = None) -> bool:
+        """Move bytes until `until()` holds (True) or the deadline / every stream closes (False)."""
+        end = self.deadline if timeout is None else min(self.deadline, time.monotonic() + timeout)
+        while not until():
+            left = end - time.monotonic()
+            if left <= 0 or (not self.open and not self.outbox):
+                return until()
+            writers = [self.stdin] if self.outbox and self.stdin is not None else []
+            if not self.open and not writers:
+                return until()
+            readable, writable, _ = select.select(list(self.open), writers, [], min(left, 1.0))
+            for fd in writable:
+                try:
+                    del self.outbox[: os.write(fd, self.outbox[: 1 << 16])]
+                except (BrokenPipeError, OSError):
+                    self.outbox.clear()
+            for fd in readable:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    self.open.discard(fd)
+                elif fd == self.channel:
+                    if len(self.inbox) + len(chunk) > sandbox_worker.MAX_FRAME + 4:
+                        self.open.discard(fd)  # a flood on the channel: stop listening, the job fails
+                        self.inbox.clear()
+                    else:
+                        self.inbox += chunk
+                else:
+                    tail = self.tails[fd]
+                    tail += chunk
+                    if len(tail) > self.limits.output_bytes:
+                        self.truncated = True
+                        del tail[: len(tail) - self.limits.output_bytes]
+        return True
+
+    def request(self, message: dict) -> dict | None:
+        """Send one request frame and wait for its reply frame; None when the child is gone or the time is up."""
+        data = json.dumps(message).encode()
+        self.outbox += struct.pack(">I", len(data)) + data
+        return self.reply()
+
+    def reply(self) -> dict | None:
+        def complete() -> bool:
+            if len(self.inbox) < 4:
+                return False
+            return len(self.inbox) >= 4 + struct.unpack(">I", self.inbox[:4])[0]
+
+        if not self._pump(complete) and not complete():
+            return None
+        (size,) = struct.unpack(">I", self.inbox[:4])
+        body = bytes(self.inbox[4: 4 + size])
+        del self.inbox[: 4 + size]
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        return message if isinstance(message, dict) else None
+
+    def feed(self, data: bytes) -> None:
+        self.outbox += data
+
+    def finish(self) -> Execution:
+        """Close stdin, read every stream to its end, and collect the zygote's word on how the child ended."""
+        self._pump(lambda: not self.outbox)
+        self._close_all([self.stdin])
+        self.stdin = None
+        self._pump(lambda: not self.open)
+        answer = self.sandbox._answer(self.deadline - time.monotonic() + 3.0) if self.sandbox.alive else None
+        self._close_all(list(self.open | {self.stdout, self.stderr, self.channel}))
+        if answer is None or "returncode" not in answer:
+            self.sandbox.alive = False  # lost (the memory cgroup's OOM killer, or past the backstop): a new one
+            timed_out = time.monotonic() >= self.deadline
+            answer = {"returncode": None if timed_out else -9, "timed_out": timed_out, "dirty": "lost"}
+        if answer.get("dirty"):
+            self.sandbox.alive = False
+        out, err = (bytes(self.tails[fd]).decode("utf-8", "replace") for fd in (self.stdout, self.stderr))
+        timed_out = bool(answer["timed_out"])
+        return Execution(None if timed_out else answer["returncode"], out, err, timed_out,
+                         time.monotonic() - self.start, bytes(self.inbox), self.truncated)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# The pool and what this machine enforces
+# -----------------------------------------------------------------------------------------------------------------
+
+_STATE: dict = {}
+_LOCK = threading.Lock()
+_IDLE: dict[Limits, list[Sandbox]] = {}
+
+
+def _pool_key(limits: Limits) -> Limits:
+    # Sandboxes differ only in what their cgroups and tmpfs cap; the time limit and output tails are per job.
+    return Limits(timeout=0, memory_mb=limits.memory_mb, file_size_mb=limits.file_size_mb, disk_mb=limits.disk_mb,
+                  open_files=limits.open_files, processes=limits.processes, output_bytes=limits.output_bytes)
+
+
+@contextmanager
+def acquire(limits: Limits = Limits()):
+    """A sandbox of this pool for the caller's jobs (one thread at a time); back to the pool afterwards when it is
+    still healthy, else closed (a fresh one next time)."""
+    protections()
+    key = _pool_key(limits)
+    with _LOCK:
+        idle = _IDLE.setdefault(key, [])
+        box = idle.pop() if idle else None
+    if box is None or not box.alive:
+        box = Sandbox(limits, _STATE["mode"])
+    try:
+        yield box
+    finally:
+        if box.alive:
+            with _LOCK:
+                _IDLE.setdefault(key, []).append(box)
+        else:
+            box.close()
+
+
+def shutdown() -> None:
+    """Close every idle sandbox (at exit; tests that count processes)."""
+    with _LOCK:
+        boxes = [box for idle in _IDLE.values() for box in idle]
+        _IDLE.clear()
+    for box in boxes:
+        box.close()
+
+
+atexit.register(shutdown)
+
+
 _PROBE = r"""
-import json, os, socket
+import ctypes, json, os, socket
 out = {}
 try:
     s = socket.create_connection(("127.0.0.1", {port}), timeout=2); s.close(); out["network"] = False
@@ -119,92 +546,142 @@ try:
     open(os.path.join({outside!r}, "written"), "w").write("x"); out["read_only"] = False
 except OSError:
     out["read_only"] = True
-out["cgroup"] = open("/proc/self/cgroup").read()
+out["host_paths"] = [p for p in {host_paths!r} if os.path.exists(p)]
+home = {home!r}
+out["home"] = sorted(set(os.listdir(home)) - set({home_ok!r})) if os.path.isdir(home) else []
+out["uid"] = os.getuid()
 out["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
 out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+out["ipc"] = os.stat("/proc/self/ns/ipc").st_ino
+libc = ctypes.CDLL(None, use_errno=True)
+out["nested_userns"] = libc.unshare(0x10000000) == 0
+st = os.statvfs(".")
+out["disk_mb"] = st.f_blocks * st.f_frsize >> 20
 print(json.dumps(out))
 """
 
-_STATE: dict = {}
-_LOCK = threading.Lock()
 
-
-def _namespace_prefix(mode: str) -> list[str]:
-    user = [] if mode == "root" else ["--user", "--map-root-user"]
-    return ["unshare", *user, "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
-
-
-def _probe_mode(mode: str) -> dict | None:
-    """Run the probe program under `mode`; what it could not do, or None when the mode does not start."""
+def _probe(mode: str) -> dict | None:
+    """Start a sandbox in `mode` and look from inside; None when the mode does not start."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     outside = tempfile.mkdtemp(prefix="sandbox-probe-")
+    host_paths = sorted({os.getcwd(), outside, str(Path(__file__).resolve().parent)} - {"/"})
+    home = str(Path.home())
+    home_ok = [p[len(home) + 1:].split("/")[0] for p in SYSTEM_DIRS if p.startswith(home + "/")]
+    program = (_PROBE.replace("{port}", str(listener.getsockname()[1])).replace("{outside!r}", repr(outside))
+               .replace("{host_paths!r}", repr(host_paths))
+               .replace("{home!r}", repr(home)).replace("{home_ok!r}", repr(home_ok)))
+    box = None
     try:
-        program = _PROBE.replace("{port}", str(listener.getsockname()[1])).replace("{outside!r}", repr(outside))
-        result = _execute(program, Limits(timeout=20), mode=mode, cgroup=mode == "root")
-        if result.returncode != 0:
+        box = Sandbox(Limits(), mode)
+        job = box.job("run", 20.0, program)
+        run = job.finish()
+        if run.returncode != 0:
             return None
-        seen = json.loads(result.stdout.strip().splitlines()[-1])
+        seen = json.loads(run.stdout.strip().splitlines()[-1])
         seen["read_only"] = seen["read_only"] and not os.path.exists(os.path.join(outside, "written"))
+        seen["seccomp"] = box.seccomp
+        seen["cgroups"] = list(box.cgroups.kinds) if box.cgroups else []
+        seen["host_ipc"] = os.stat("/proc/self/ns/ipc").st_ino
         return seen
-    except (SandboxError, ValueError, IndexError, KeyError):
+    except (SandboxError, ValueError, IndexError, KeyError, OSError):
         return None
     finally:
+        if box is not None:
+            box.close()
         listener.close()
         shutil.rmtree(outside, ignore_errors=True)
 
 
+ESSENTIAL = ("non_root", "private_files", "network_isolated", "pid_namespace", "ipc_namespace",
+             "no_nested_namespaces", "memory_cap")
+
+
 def protections() -> dict[str, bool | str]:
-    """What this machine enforces, probed once per process with a real sandboxed run:
-    `namespaces` ("root", "user" or ""), `network_isolated`, `read_only_fs`, `pid_namespace`, `capabilities_dropped`,
-    `process_limit` (a pids cgroup or RLIMIT_NPROC caps the processes), and the always-on `rlimits`,
-    `env_allowlist`, `temp_dir`, `group_kill`; `why` says what is missing and why."""
+    """What this machine enforces, probed once per process with a real sandboxed job. Keys: `namespaces` ("root",
+    "user" or ""), `non_root`, `private_files` (no host path visible), `read_only_fs`, `network_isolated`,
+    `pid_namespace`, `ipc_namespace`, `no_nested_namespaces` (seccomp), `capabilities_dropped`, `memory_cap`,
+    `cpu_cap`, `process_limit`, `disk_limit`, and the always-on `rlimits`, `env_allowlist`, `temp_dir`,
+    `group_kill`; `why`: what is missing and why."""
     with _LOCK:
         if "protections" in _STATE:
             return dict(_STATE["protections"])
-        found: dict[str, bool | str] = {"namespaces": "", "network_isolated": False, "read_only_fs": False,
-                                        "pid_namespace": False, "capabilities_dropped": False,
-                                        "process_limit": os.geteuid() != 0, "rlimits": True, "env_allowlist": True,
-                                        "temp_dir": True, "group_kill": True, "why": ""}
-        missing = [tool for tool in ("unshare", "setpriv", "mount") if not shutil.which(tool)]
-        if sys.platform != "linux":
-            found["why"] = f"namespaces are Linux-only (this is {sys.platform})"
-        elif missing:
-            found["why"] = f"{', '.join(missing)} not found (util-linux)"
+    found: dict[str, bool | str] = {
+        "namespaces": "", "non_root": False, "private_files": False, "read_only_fs": False,
+        "network_isolated": False, "pid_namespace": False, "ipc_namespace": False, "no_nested_namespaces": False,
+        "capabilities_dropped": False, "memory_cap": False, "cpu_cap": False, "process_limit": False,
+        "disk_limit": False, "rlimits": True, "env_allowlist": True, "temp_dir": True, "group_kill": True,
+        "why": ""}
+    why: list[str] = []
+    mode = "none"
+    if sys.platform != "linux":
+        why.append(f"namespaces are Linux-only (this is {sys.platform})")
+        seen = None
+    else:
+        missing = [tool for tool in ("unshare", "setpriv", "mount", "sh") if not shutil.which(tool)]
+        seen = None
+        if missing:
+            why.append(f"{', '.join(missing)} not found (util-linux)")
         else:
-            for mode in (("root", "user") if os.geteuid() == 0 else ("user",)):
-                seen = _probe_mode(mode)
-                if seen is None:
-                    continue
-                _STATE["mode"] = mode
-                found.update(namespaces=mode, network_isolated=seen["network"], read_only_fs=seen["read_only"],
-                             pid_namespace=max(seen["pids"], default=99) < 10,
-                             capabilities_dropped=int(seen["caps"], 16) == 0)
-                if mode == "root":
-                    found["process_limit"] = "grpokit-sandbox" in seen["cgroup"]
-                break
+            for candidate in (("root", "user") if os.geteuid() == 0 else ("user",)):
+                seen = _probe(candidate)
+                if seen is not None:
+                    mode = candidate
+                    break
             else:
-                found["why"] = "unshare failed (no permission for namespaces here)"
+                why.append("unshare refused (no permission for namespaces here, e.g. a container's seccomp profile)")
+        if seen is None:
+            seen = _probe("none")
+    if seen is not None:
+        found.update(
+            namespaces=mode if mode != "none" else "", non_root=seen["uid"] != 0 or mode == "user",
+            private_files=not seen["host_paths"] and not seen["home"], read_only_fs=seen["read_only"],
+            network_isolated=seen["network"] and mode != "none", pid_namespace=max(seen["pids"], default=99) < 50,
+            ipc_namespace=seen["ipc"] != seen["host_ipc"], no_nested_namespaces=not seen["nested_userns"],
+            capabilities_dropped=int(seen["caps"], 16) == 0,
+            memory_cap=any(k in seen["cgroups"] for k in ("memory", "v2")),
+            cpu_cap="cpu" in seen["cgroups"] or "v2" in seen["cgroups"],
+            process_limit=bool({"pids", "v2"} & set(seen["cgroups"])) or os.geteuid() != 0,
+            disk_limit=mode != "none" and seen["disk_mb"] <= Limits().disk_mb + 1)
+        if seen["seccomp"]:
+            why.append(seen["seccomp"])
+        if not found["memory_cap"] and os.geteuid() == 0:
+            why.append("no memory cgroup could be created (cgroup v2 without delegation?)")
+        if os.geteuid() != 0:
+            why.append("not root: no cgroups (memory capped per process only)")
+    else:
+        why.append("the sandbox does not start at all")
+    found["why"] = "; ".join(why)
+    with _LOCK:
+        _STATE["mode"] = mode
         _STATE["protections"] = found
-        return dict(found)
+    return dict(found)
+
+
+_NAMES = (("non_root", "not root"), ("private_files", "no host files"), ("read_only_fs", "read-only root"),
+          ("network_isolated", "no network"), ("pid_namespace", "own pids"), ("ipc_namespace", "own IPC"),
+          ("no_nested_namespaces", "seccomp: no nested namespaces/ptrace"), ("memory_cap", "memory cap"),
+          ("cpu_cap", "CPU cap"), ("process_limit", "process cap"), ("disk_limit", "tmpfs size cap"))
+
+
+def missing() -> list[str]:
+    """The essential protections this machine does not give (what `require_sandbox` refuses on)."""
+    p = protections()
+    return [name for key, name in _NAMES if key in ESSENTIAL and not p[key]]
 
 
 def describe() -> str:
     """One line for the run's log: what the sandbox enforces here and what it could not."""
     p = protections()
-    if not p["namespaces"]:
-        return (f"code sandbox: NO namespaces ({p['why']}): the code runs with rlimits, an env allow-list, its own "
-                "temp dir and group kill only; it can reach the network and write wherever this user can")
-    on = [name for key, name in (("network_isolated", "no network"),
-                                 ("read_only_fs", "read-only filesystem outside its temp dir"),
-                                 ("pid_namespace", "own pid namespace"),
-                                 ("capabilities_dropped", "no capabilities"),
-                                 ("process_limit", "process cap")) if p[key]]
-    off = [name for key, name in (("network_isolated", "network"), ("read_only_fs", "read-only filesystem"),
-                                  ("process_limit", "process cap")) if not p[key]]
-    line = f"code sandbox ({p['namespaces']} namespaces): {', '.join(on)}, rlimits, env allow-list, temp dir"
-    return line + (f"; NOT enforced: {', '.join(off)}" if off else "")
+    on = [name for key, name in _NAMES if p[key]]
+    off = [name for key, name in _NAMES if not p[key]]
+    kind = f"{p['namespaces']} namespaces" if p["namespaces"] else "NO namespaces"
+    line = f"code sandbox ({kind}): {', '.join(on) or 'rlimits only'}, rlimits, env allow-list"
+    if off:
+        line += f"; NOT enforced: {', '.join(off)}" + (f" ({p['why']})" if p["why"] else "")
+    return line
 
 
 def log_protections_once() -> None:
@@ -213,174 +690,61 @@ def log_protections_once() -> None:
             return
         _STATE["logged"] = True
     line = describe()
-    (log.warning if "NO namespaces" in line or "NOT enforced" in line else log.info)("%s", line)
-
-
-# -----------------------------------------------------------------------------------------------------------------
-# One execution
-# -----------------------------------------------------------------------------------------------------------------
-
-_RLIMITS = r"""import resource as _r, os as _os
-for _k, _v in {limits}:
-    try:
-        _r.setrlimit(getattr(_r, _k), (_v, _v))
-    except (ValueError, OSError):
-        pass
-del _r, _os, _k, _v
-"""
-
-
-def _rlimit_lines(limits: Limits) -> str:
-    pairs = [("RLIMIT_CPU", int(math.ceil(limits.timeout)) + 1), ("RLIMIT_AS", limits.memory_mb << 20),
-             ("RLIMIT_FSIZE", limits.file_size_mb << 20), ("RLIMIT_NOFILE", limits.open_files),
-             ("RLIMIT_CORE", 0)]
-    if os.geteuid() != 0:
-        # Counts every process of this user, the trainer's threads included: the cap is on top of those.
-        pairs.append(("RLIMIT_NPROC", _user_tasks() + limits.processes))
-    return _RLIMITS.replace("{limits}", repr(pairs))
-
-
-def _user_tasks() -> int:
-    uid, count = os.getuid(), 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    count += len(os.listdir(f"/proc/{entry.name}/task"))
-            except OSError:
-                continue
-    return count
+    (log.warning if "NOT enforced" in line else log.info)("%s", line)
 
 
 def run_python(program: str, limits: Limits = Limits(), stdin: bytes = b"", channel: bool = False) -> Execution:
-    """Run `program` (Python source) in the sandbox. With `channel`, a pipe's write end is open in the program and
-    its fd number is the first line of its stdin (before `stdin`); what it writes comes back as `channel`.
-    Raises SandboxError when the sandbox itself fails."""
-    protections()
-    return _execute(program, limits, stdin, channel, mode=_STATE.get("mode", ""), cgroup=_STATE.get("mode") == "root")
+    """Run `program` (Python source) as `__main__` in a sandbox of the pool. What it writes to fd 3 comes back as
+    `channel`. Raises SandboxError when the sandbox itself fails."""
+    with acquire(limits) as box:
+        job = box.job("run", limits.timeout, program)
+        job.feed(stdin)
+        return job.finish()
 
 
-def _make_cgroup(limits: Limits) -> Path | None:
-    try:
-        path = PIDS_CGROUP_ROOT / f"grpokit-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
-        path.mkdir()
-        (path / "pids.max").write_text(str(limits.processes))
-        return path
-    except OSError:
-        return None
+class Session:
+    """A completion's code loaded in a sandbox child, answering calls with plain data (rewards/code.py judges)."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.loaded: dict | None = None
+        self.ended = False
+
+    def load(self, solution: str) -> dict | None:
+        self.loaded = self.job.request({"solution": solution})
+        return self.loaded
+
+    def names(self, names: list[str]) -> dict[str, list]:
+        answer = self.job.request({"op": "names", "names": names}) if not self.ended else None
+        if answer is None or not isinstance(answer.get("names"), dict):
+            self.ended = True
+            return {}
+        return answer["names"]
+
+    def call(self, name: str, args: tuple, kwargs: dict, mutable: bool) -> dict | None:
+        """The child's reply to one call ({"value"}, {"raise"}, {"unsupported"}), or None when it is gone."""
+        if self.ended:
+            return None
+        answer = self.job.request({"op": "call", "name": name, "args": encode(list(args)),
+                                   "kwargs": encode(kwargs), "mutable": mutable})
+        if answer is None:
+            self.ended = True
+        return answer
 
 
-def _remove_cgroup(path: Path | None) -> None:
-    if path is None:
-        return
-    for _ in range(50):  # the namespace's processes are dying: the directory empties within milliseconds
+@contextmanager
+def serve(limits: Limits = Limits()):
+    """A Session in a pooled sandbox; `session.result` holds the child's Execution after the block."""
+    with acquire(limits) as box:
+        session = Session(box.job("serve", limits.timeout))
         try:
-            path.rmdir()
-            return
-        except OSError:
-            time.sleep(0.02)
+            yield session
+        finally:
+            session.result = session.job.finish()
 
 
-def _execute(program: str, limits: Limits, stdin: bytes = b"", channel: bool = False, mode: str = "",
-             cgroup: bool = False) -> Execution:
-    try:
-        workdir = tempfile.mkdtemp(prefix="sandbox-")
-    except OSError as err:
-        raise SandboxError(f"cannot create a temp dir: {err}") from err
-    group = _make_cgroup(limits) if cgroup else None
-    read_fd = write_fd = None
-    try:
-        Path(workdir, "main.py").write_text(_rlimit_lines(limits) + program, encoding="utf-8")
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir,
-               "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
-        command = [sys.executable, "-I", "-B", "main.py"]
-        if mode:
-            command = [*_namespace_prefix(mode), "sh", "-c", _SETUP, "sandbox", workdir, str(group or ""), mode,
-                       *command]
-        pass_fds: tuple[int, ...] = ()
-        if channel:
-            read_fd, write_fd = os.pipe()
-            pass_fds = (write_fd,)
-            stdin = f"{write_fd}\n".encode() + stdin
-        try:
-            proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=pass_fds, start_new_session=True)
-        except OSError as err:
-            raise SandboxError(f"cannot start the sandboxed process: {err}") from err
-        if write_fd is not None:
-            os.close(write_fd)
-            write_fd = None
-        return _collect(proc, stdin, read_fd, limits)
-    finally:
-        for fd in (read_fd, write_fd):
-            if fd is not None:
-                os.close(fd)
-        _remove_cgroup(group)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _collect(proc: subprocess.Popen, stdin: bytes, channel_fd: int | None, limits: Limits) -> Execution:
-    """Feed stdin, read every stream until it closes (keeping the last `output_bytes`), kill the group at the
-    deadline or once the program exits."""
-    start = time.monotonic()
-    deadline = start + limits.timeout
-    try:
-        proc.stdin.write(stdin)  # small (a token and an fd number): fits the pipe buffer, never blocks
-        proc.stdin.close()
-    except (BrokenPipeError, OSError):
-        pass
-    keep = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    channel_data = bytearray()
-    truncated = timed_out = False
-    selector = selectors.DefaultSelector()
-    for stream in (proc.stdout, proc.stderr):
-        os.set_blocking(stream.fileno(), False)
-        selector.register(stream.fileno(), selectors.EVENT_READ)
-    if channel_fd is not None:
-        os.set_blocking(channel_fd, False)
-        selector.register(channel_fd, selectors.EVENT_READ)
-    exited = False
-    while selector.get_map():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = proc.poll() is None
-            break
-        for key, _ in selector.select(timeout=min(left, 0.1)):
-            try:
-                chunk = os.read(key.fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                selector.unregister(key.fd)
-            elif key.fd == channel_fd:
-                channel_data += chunk[: max(0, (1 << 20) - len(channel_data))]
-            else:
-                buffer = keep[key.fd]
-                buffer += chunk
-                if len(buffer) > limits.output_bytes:
-                    truncated = True
-                    del buffer[: len(buffer) - limits.output_bytes]
-        if not exited and proc.poll() is not None:
-            exited = True
-            _kill_group(proc)  # leftovers (a daemonised child) die with the group; pipes then close
-    selector.close()
-    _kill_group(proc)
-    try:
-        returncode = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        returncode = None
-    proc.stdout.close()
-    proc.stderr.close()
-    out, err = (bytes(b).decode("utf-8", "replace") for b in keep.values())
-    return Execution(None if timed_out else returncode, out, err, timed_out, time.monotonic() - start,
-                     bytes(channel_data), truncated)
+__all__ = ["Limits", "Execution", "SandboxError", "Sandbox", "Session", "acquire", "serve", "run_python",
+           "protections", "describe", "missing", "log_protections_once", "decode", "encode", "write_frame"]
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Code execution reward: run the completion's Python against the row's tests in a sandbox (grpokit/sandbox.py).
+"""Code execution reward: the completion's Python against the row's tests, with a verdict its code cannot reach.
 
 The tests, from the row's columns (the first present wins):
   * `tests`: a list of test snippets (or one string of code): what the mapped humaneval / mbpp / custom rows carry;
@@ -10,24 +10,36 @@ asserts), is one test; other statements (imports, helper assignments) are set-up
 them. A HumanEval `check(candidate)` is unrolled the same way with `candidate = <entry_point>`, so partial credit
 counts its assertions one by one. `assert True` placeholders are not counted.
 
-Each test runs in its own try/except; the harness writes one line per test to a pipe only it holds, tagged with a
-random token, and only tagged lines count. A program that exits early (sys.exit, os._exit, SystemExit) or is
-killed has not passed the tests that did not report. This stops early exits, not a program that deliberately digs
-the token out of the harness's memory (the model's code and the harness share one interpreter).
+Where the verdict is decided: the completion's code is loaded in a sandboxed process (grpokit/sandbox.py) that only
+answers calls. The tests run here, in the trainer's process, with every function the code defines bound to a
+`Proxy`: `candidate([1, 2])` sends its arguments as plain data, the sandbox calls the function and sends back the
+result as plain data (exact builtin types, decoded strictly), and the assertion (`== EXPECTED`, `abs(...) < tol`,
+`math.isclose`, `set(...) ==`, a helper of the prompt applied to the result) is evaluated here on that data with
+Python's own semantics. So the expected values never enter the process that runs the completion, and nothing it
+does there (rebinding builtins, walking frames, exit hooks, objects equal to everything, forging result lines)
+reaches the comparison. Tests that cannot be split into plain-data calls (a callback argument, an instance of the
+code's own class) run in the sandbox with a harness bound before the code loads, and are counted
+(`code/unsplit_tests`): that path is only as strong as one interpreter shared with hostile code.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import os
+import random
 import re
 import secrets
+import time
+import types
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from config.errors import UsageError
+from grpokit.sandbox import SandboxError
+from rewards import code_monitor
 from rewards.base import RewardComponent
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
@@ -92,61 +104,272 @@ def split_tests(tests: Any, entry_point: str = "", setup: str = "") -> list[tupl
     return steps
 
 
-# The program the sandbox runs. Its stdin: the result fd, then the token. The solution runs as a module named
-# "solution" (its `if __name__ == "__main__":` demo code does not run).
-_HARNESS = r'''
-import os as _os, sys as _sys, traceback as _tb
+# -----------------------------------------------------------------------------------------------------------------
+# The verdict, decided outside the sandbox
+# -----------------------------------------------------------------------------------------------------------------
 
-def _harness(solution, steps):
-    fd, token = int(_sys.stdin.readline()), _sys.stdin.readline().strip()
-    namespace = {"__name__": "solution"}
-    exec(compile(solution, "solution.py", "exec"), namespace)
+
+class Unsplittable(BaseException):
+    """A test that cannot run as plain-data calls (it passes the candidate a callback, uses an instance of the
+    code's own class): it is scored by the in-sandbox harness instead. A BaseException, so a test's own
+    `except Exception` cannot swallow it."""
+
+
+class SessionLost(BaseException):
+    """The completion's process is gone (time limit, crash, memory): every call after this fails."""
+
+
+class CandidateError(Exception):
+    """The candidate raised something that is not a builtin exception, or returned something that is not plain
+    data: the assertion around the call fails."""
+
+
+_NOT_REPLAYED = (StopIteration, StopAsyncIteration, GeneratorExit)
+
+
+def _raised(name: str, message: str) -> BaseException:
+    """The exception a candidate's call raised, as the test sees it: the builtin class of that name (a test may
+    expect a ValueError), anything else as CandidateError. Never SystemExit / KeyboardInterrupt / StopIteration."""
+    cls = getattr(builtins, name, None) if isinstance(name, str) else None
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, _NOT_REPLAYED):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001 (constructors with other signatures, e.g. UnicodeDecodeError)
+            pass
+    return CandidateError(f"{name}: {message}")
+
+
+def _sync(original: Any, after: Any) -> None:
+    """Apply a call's in-place changes of a list / dict / set argument to the test's own object."""
+    if type(original) is list and type(after) is list and original != after:
+        original[:] = after
+    elif type(original) is dict and type(after) is dict and original != after:
+        original.clear()
+        original.update(after)
+    elif type(original) is set and type(after) is set and original != after:
+        original.clear()
+        original.update(after)
+
+
+class Proxy:
+    """Stands in, on the trusted side, for a function the completion defines: a call sends its plain-data
+    arguments to the sandbox and returns the plain-data result (exact builtin types, decoded strictly)."""
+
+    def __init__(self, session, name: str, deadline: float, calls: list[int]):
+        self._session, self._name, self._deadline, self._calls = session, name, deadline, calls
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from grpokit import sandbox
+
+        try:
+            sandbox.encode(list(args))
+            sandbox.encode(kwargs)
+        except (ValueError, RecursionError) as err:
+            raise Unsplittable(f"{self._name}: {err}") from None
+        if time.monotonic() > self._deadline:
+            raise SessionLost("time limit")
+        self._calls[0] += 1
+        mutable = any(type(a) in (list, dict, set) for a in (*args, *kwargs.values()))
+        reply = self._session.call(self._name, args, kwargs, mutable)
+        if reply is None:
+            raise SessionLost("the completion's process ended")
+        try:
+            if "value" in reply:
+                value = sandbox.decode(reply["value"])
+                if mutable and "args" in reply:
+                    for original, after in zip(args, sandbox.decode(reply["args"]), strict=False):
+                        _sync(original, after)
+                    after_kwargs = sandbox.decode(reply.get("kwargs", ["d", []]))
+                    for key, original in kwargs.items():
+                        _sync(original, after_kwargs.get(key) if type(after_kwargs) is dict else None)
+                return value
+        except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
+            raise CandidateError(f"{self._name} returned malformed data") from None
+        if "raise" in reply:
+            raise _raised(reply["raise"], str(reply.get("message", ""))[:300])
+        if "unsupported" in reply:
+            raise CandidateError(f"{self._name} returned {str(reply['unsupported'])[:100]}")
+        raise SessionLost("malformed reply")
+
+    def __repr__(self) -> str:
+        return f"<candidate {self._name}>"
+
+
+class _Opaque:
+    """A name the completion defines that is neither a function nor plain data (a class, an instance): a test that
+    touches it cannot be split into plain-data calls."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def _refuse(self, *args: Any, **kwargs: Any):
+        raise Unsplittable(f"{self._name} is not plain data")
+
+    __call__ = __getattr__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __iter__ = _refuse
+    __hash__ = None
+
+
+def _free_names(steps: list[tuple[str, str]]) -> list[str]:
+    """Names the tests read and never bind themselves: the candidates for what the completion defines."""
+    loaded, stored = set(), set()
+    for _, source in steps:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                stored.add(node.name)
+            elif isinstance(node, ast.arg):
+                stored.add(node.arg)
+            elif isinstance(node, ast.alias):
+                stored.add((node.asname or node.name).split(".")[0])
+    return sorted(loaded - stored)
+
+
+def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
+    """Where the tests run, in this process: builtins whose `print` writes to the job's log and whose `random`
+    import is a private generator (a test's `random.seed` or `randint` leaves the trainer's random state alone)."""
+    own = dict(vars(builtins))
+    private_random = types.ModuleType("random")
+    generator = random.Random(0)
+    for name in dir(random):
+        value = getattr(random, name)
+        private_random.__dict__[name] = getattr(generator, name, value) if not name.startswith("_") else value
+    real_import = builtins.__import__
+
+    def _import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 (the import signature)
+        if name == "random":
+            return private_random
+        return real_import(name, globals, locals, fromlist, level)
+
+    def _print(*args, sep=" ", end="\n", **_):
+        if len(sink) < 200:
+            sink.append(sep.join(str(a) for a in args)[:500])
+
+    own.update(__import__=_import, print=_print)
+    return {"__name__": "__tests__", "__builtins__": own}
+
+
+def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str, deadline: float,
+          log: list[str]) -> tuple[dict[int, bool], list[int], int]:
+    """Run the tests here, with each function the completion defines bound to a Proxy of its sandboxed process:
+    ({step: passed}, [steps that could not be split], calls made). The expected values never leave this process."""
+    namespace = _trusted_namespace(log)
+    if trusted_prefix:
+        try:  # the dataset's own prompt (helpers such as HumanEval's `poly`): trusted, and it wins over the code's
+            exec(compile(trusted_prefix, "prompt.py", "exec"), namespace)
+        except Exception:  # noqa: BLE001 (a prompt that is only a signature may not run on its own)
+            pass
+    wanted = [n for n in _free_names(steps) if n == entry or (n not in namespace and n not in vars(builtins))]
+    if entry and entry not in wanted:
+        wanted.append(entry)
+    calls = [0]
+    for name, (kind, *value) in session.names(wanted).items():
+        if kind == "call":
+            namespace[name] = Proxy(session, name, deadline, calls)
+        elif kind == "data":
+            try:
+                namespace[name] = _decode(value[0])
+            except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
+                continue
+        elif kind == "other":
+            namespace[name] = _Opaque(name)
+    results: dict[int, bool] = {}
+    unsplit: list[int] = []
     for index, (kind, source) in enumerate(steps):
         try:
             exec(compile(source, f"test_{index}", "exec"), namespace)
             ok = True
-        except BaseException as err:  # SystemExit from the solution's code is a failed test too
+        except Unsplittable:
+            unsplit.append(index)
+            continue
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # SessionLost, AssertionError, a candidate's exception, a test's SystemExit
             ok = False
-            print(f"{kind} {index} failed: {type(err).__name__}: {str(err)[:200]}", file=_sys.stderr)
-            if kind == "setup":
-                _tb.print_exc(limit=-1)
+            log.append(f"{kind} {index} failed: {type(err).__name__}: {str(err)[:200]}")
         if kind == "test":
-            _os.write(fd, f"{token} {index} {int(ok)}\n".encode())
-        _sys.stdout.flush()
-        _sys.stderr.flush()
+            results[index] = ok
+    return results, unsplit, calls[0]
+
+
+def _decode(data: Any) -> Any:
+    from grpokit import sandbox
+
+    return sandbox.decode(data)
+
+
+# The in-sandbox harness, for the tests that cannot be split (scored with the completion's code in the same process:
+# counted in code/unsplit_tests). Every harness function is bound before the completion loads; results go to the fd
+# named on stdin's first line, one line per test tagged with the token on its second; a test that reports twice, or 0 anywhere, failed.
+_HARNESS = r"""
+def _harness(solution, steps, _os=__import__("os"), _sys=__import__("sys"), _exec=exec, _compile=compile,
+             _str=str, _type=type, _enumerate=enumerate, _base=BaseException, _print=print):
+    fd, token = int(_sys.stdin.readline()), _sys.stdin.readline().strip()
+    write = _os.write
+    namespace = {"__name__": "solution"}
+    _exec(_compile(solution, "solution.py", "exec"), namespace)
+    for index, (kind, source) in _enumerate(steps):
+        try:
+            _exec(_compile(source, "test_" + _str(index), "exec"), namespace)
+            ok = 1
+        except _base as err:
+            ok = 0
+            _print(kind, index, "failed:", _type(err).__name__, file=_sys.stderr)
+        if kind == "test":
+            write(fd, (token + " " + _str(index) + " " + _str(ok) + "\n").encode())
 
 _harness(__SOLUTION__, __STEPS__)
-'''
+"""
 
 
 def harness_program(solution: str, steps: list[tuple[str, str]]) -> str:
     return _HARNESS.replace("__SOLUTION__", repr(solution)).replace("__STEPS__", repr([list(s) for s in steps]))
 
 
-def count_passed(channel: str, token: str, steps: list[tuple[str, str]]) -> tuple[int, int]:
-    """(passed, reported): distinct test steps reported passed / reported at all, on lines carrying `token`."""
+def count_passed(channel: str, token: str, steps: list[tuple[str, str]]) -> dict[int, bool]:
+    """{test step: passed} from the harness's lines carrying `token`: a step reported more than once, or with 0
+    anywhere, failed (a line written by the code itself cannot turn a failure into a pass)."""
     tests = {i for i, (kind, _) in enumerate(steps) if kind == "test"}
-    passed, reported = set(), set()
+    seen: dict[int, list[str]] = {}
     for line in channel.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0] == token and parts[2] in ("0", "1") and parts[1].isdigit():
-            reported.add(int(parts[1]))
-            if parts[2] == "1":
-                passed.add(int(parts[1]))
-    return len(passed & tests), len(reported & tests)
+            seen.setdefault(int(parts[1]), []).append(parts[2])
+    return {i: v == ["1"] for i, v in seen.items() if i in tests}
+
+
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean_tail(text: str, size: int = 0) -> str:
+    """The tail kept for logs: control characters and terminal escapes removed (a log viewer must not run them)."""
+    text = _CONTROL.sub("", text)
+    return text[-(size or STDERR_TAIL):]
 
 
 @dataclass
 class CodeExecution(RewardComponent):
-    """Runs the completion's Python code against the row's tests in a sandbox: the fraction of tests passed
-    (`partial_credit` true) or 1.0 only when all pass. 0.0 for no code, a syntax error, a crash before the tests, or
-    a run past `timeout` seconds; None when the row has no tests or the sandbox itself fails (the sample is dropped,
-    not punished). The code: the first ```python block defining the entry point, else the longest block, else the
-    whole completion; with the function's prompt known (HumanEval: `code_prompt`), the prompt goes first, so a
-    continuation (the body only) and a restated function (with the prompt's imports and helpers) both run.
-    Completions run in parallel, `workers` at a time (0 = one per core), each in its own sandbox. `sandbox_url`:
-    send them to a SandboxFusion service instead (POST {url}/run_code). Per completion, `last_details` keeps
-    passed / total / status / stderr tail of the latest call.
+    """Runs the completion's Python against the row's tests: the fraction of tests passed (`partial_credit` true)
+    or 1.0 only when all pass. 0.0 for no code, a syntax error, a crash before the tests, or a run past `timeout`
+    seconds; None when the row has no tests or the sandbox itself fails (the sample is dropped, not punished).
+
+    The verdict is decided where the completion's code cannot reach it: the code runs in a sandbox
+    (grpokit/sandbox.py) and only answers calls (`candidate(3)` -> 7) with plain data; the tests, with their
+    expected values, run in this process on those answers. Tests that cannot be split that way (a callback
+    argument, the code's own class) run in the sandbox with a harness bound before the code loads, and are counted
+    in `code/unsplit_tests`. The code: the first ```python block defining the entry point, else the longest block,
+    else the whole completion; with the function's prompt known (HumanEval: `code_prompt`), the prompt goes first,
+    so a continuation (the body only) and a restated function both run, and the prompt's own helpers are the ones
+    the tests use. The hack monitor (rewards/code_monitor.py) flags code that reaches for what a solution never
+    needs (`code/hack_suspected`); `zero_suspected` scores flagged completions 0. `require_sandbox` refuses to
+    run code where this machine cannot isolate it. Completions run in parallel, `workers` at a time (0 = one per
+    core). `sandbox_url`: send them to a SandboxFusion service instead (the whole program runs there, verdict
+    included: the split verdict needs the local sandbox). Per completion, `last_details` keeps passed / total /
+    status / suspected / stderr tail of the latest call.
 
     Example: tests ["assert add(1, 2) == 3", "assert add(0, 0) == 0"], completion
     "```python\\ndef add(a, b):\\n    return a + b\\n```" -> 1.0; "def add(a, b): return 3" -> 0.5
@@ -159,16 +382,15 @@ class CodeExecution(RewardComponent):
     workers: int = 0
     memory_mb: int = 1024
     sandbox_url: str = ""
+    zero_suspected: bool = False
+    require_sandbox: bool = False
 
     def __post_init__(self):
         self.last_details: list[dict[str, Any]] = []
+        self.last_metrics: dict[str, float] = {}
 
     def check(self, source: str) -> None:
         super().check(source)
-        if not self.sandbox_url:  # the run says at its start what the sandbox enforces here, once
-            from grpokit import sandbox
-
-            sandbox.log_protections_once()
         if not 0 < self.timeout <= 600:
             raise UsageError(f"{source}: 'code_execution.timeout' must be seconds in (0, 600], not {self.timeout:g}.")
         if self.workers < 0:
@@ -179,6 +401,20 @@ class CodeExecution(RewardComponent):
         if self.sandbox_url and not re.match(r"https?://[^/\s]+", self.sandbox_url):
             raise UsageError(f"{source}: 'code_execution.sandbox_url' must be an http(s):// URL of a SandboxFusion "
                              f"server, not {self.sandbox_url!r}.")
+        if not self.sandbox_url:  # the run says at its start what the sandbox enforces here, once
+            self._check_sandbox(source)
+
+    def _check_sandbox(self, source: str) -> None:
+        from grpokit import sandbox
+
+        sandbox.log_protections_once()
+        require = self.require_sandbox or os.environ.get("GRPO_REQUIRE_SANDBOX", "") not in ("", "0")
+        if require and sandbox.missing():
+            raise UsageError(f"{source}: 'code_execution.require_sandbox' is on, but this machine cannot give the "
+                             f"code sandbox: {', '.join(sandbox.missing())} "
+                             f"({sandbox.protections()['why'] or 'see the run log'}); run where Linux namespaces "
+                             "are allowed (e.g. docker run --security-opt seccomp=unconfined, or as root), or set "
+                             "sandbox_url to an external sandbox service.")
 
     def score(self, texts, prompts=None, tests=None, test_list=None, test=None, entry_point=None,
               test_setup_code=None, test_imports=None, code_prompt=None, **_):
@@ -193,16 +429,18 @@ class CodeExecution(RewardComponent):
                 prefix = prompt  # a raw HumanEval row (--score-completions): its prompt is the code
             jobs.append((text, entry, setup, row_tests, prefix))
         if not jobs:
-            self.last_details = []
+            self.last_details, self.last_metrics = [], {}
             return []
-        workers = self.workers or min(os.cpu_count() or 1, len(jobs))
         if not self.sandbox_url:
-            from grpokit import sandbox
-
-            sandbox.log_protections_once()
+            self._check_sandbox(f"the {self.name} reward")
+        workers = self.workers or min(os.cpu_count() or 1, len(jobs))
         with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="code-exec") as pool:
             results = list(pool.map(lambda job: self._one(*job), jobs))
         self.last_details = [details for _, details in results]
+        scored = [d for d in self.last_details if d.get("status") not in ("no tests",)]
+        self.last_metrics = {
+            "code/hack_suspected": sum(bool(d.get("suspected")) for d in scored) / max(1, len(scored)),
+            "code/unsplit_tests": float(sum(d.get("unsplit", 0) for d in scored))}
         return [value for value, _ in results]
 
     def score_with_details(self, texts: list[str], **columns: Any) -> list[tuple[float | None, dict[str, Any]]]:
@@ -210,45 +448,90 @@ class CodeExecution(RewardComponent):
         return list(zip(values, self.last_details, strict=True))
 
     def _one(self, text: str, entry: str, setup: str, tests: Any, prefix: str) -> tuple[float | None, dict]:
-        from grpokit import sandbox
-
         steps = split_tests(tests, entry or "", setup)
         total = sum(1 for kind, _ in steps if kind == "test")
-        details: dict[str, Any] = {"passed": 0, "total": total, "status": "", "stderr": ""}
+        details: dict[str, Any] = {"passed": 0, "total": total, "status": "", "stderr": "", "suspected": [],
+                                   "unsplit": 0}
         if total == 0:
             return None, {**details, "status": "no tests"}
         code = extract_code(text, entry or "")
         if not code.strip():
             return 0.0, {**details, "status": "no code"}
+        details["suspected"] = code_monitor.scan(code, entry or "")
         if prefix:
             code = prefix + ("" if prefix.endswith("\n") else "\n") + code
         try:
             ast.parse(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
-            return 0.0, {**details, "status": "syntax error", "stderr": f"{type(err).__name__}: {err}"[-STDERR_TAIL:]}
-        token = secrets.token_hex(16)
-        limits = sandbox.Limits(timeout=self.timeout, memory_mb=self.memory_mb)
-        program = harness_program(code, steps)
+            return 0.0, {**details, "status": "syntax error", "stderr": clean_tail(f"{type(err).__name__}: {err}")}
         try:
             if self.sandbox_url:
-                run = sandbox.SandboxFusion(self.sandbox_url).run_python(program, limits, f"1\n{token}\n".encode())
-                channel = run.stdout
+                results, status, stderr = self._external(code, steps)
             else:
-                run = sandbox.run_python(program, limits, f"{token}\n".encode(), channel=True)
-                channel = run.channel.decode("utf-8", "replace")
-        except sandbox.SandboxError as err:
-            return None, {**details, "status": "sandbox error", "stderr": str(err)[-STDERR_TAIL:]}
-        details["stderr"] = run.stderr[-STDERR_TAIL:]
-        if run.timed_out:
-            return 0.0, {**details, "status": "timeout"}
-        passed, reported = count_passed(channel, token, steps)
-        status = "passed" if passed == total else "failed"
-        if reported < total:  # the tests that never reported did not pass
-            status = "exited before its tests" if run.returncode == 0 else f"crashed (exit code {run.returncode})"
-        details.update(passed=passed, status=status)
+                results, status, stderr, details["unsplit"] = self._local(code, steps, entry or "", prefix)
+        except SandboxError as err:
+            return None, {**details, "status": "sandbox error", "stderr": clean_tail(str(err))}
+        passed = sum(1 for i, (kind, _) in enumerate(steps) if kind == "test" and results.get(i))
+        details.update(passed=passed, stderr=clean_tail(stderr))
+        details["status"] = status or ("passed" if passed == total else "failed")
+        if status == "timeout":
+            return 0.0, details
+        if details["suspected"] and self.zero_suspected:
+            details["status"] += " (hack suspected: scored 0)"
+            return 0.0, details
         if self.partial_credit:
             return passed / total, details
         return (1.0 if passed == total else 0.0), details
+
+    def _local(self, code: str, steps: list[tuple[str, str]], entry: str,
+               prefix: str) -> tuple[dict[int, bool], str, str, int]:
+        """({step: passed}, status ('' = by the tests), stderr, unsplit steps) with the local sandbox."""
+        from grpokit import sandbox
+
+        limits = sandbox.Limits(timeout=self.timeout, memory_mb=self.memory_mb)
+        log: list[str] = []
+        results: dict[int, bool] = {}
+        unsplit: list[int] = []
+        status = ""
+        with sandbox.serve(limits) as session:
+            loaded = session.load(code)
+            if loaded and loaded.get("loaded"):
+                deadline = time.monotonic() + self.timeout
+                results, unsplit, _ = judge(session, steps, entry, prefix, deadline, log)
+            elif loaded and "load" in loaded:
+                log.append(f"loading failed: {loaded['load']}: {loaded.get('message', '')}")
+                status = "exited before its tests" if loaded["load"] == "SystemExit" else \
+                    f"crashed before its tests ({loaded['load']})"
+            ended_early = session.ended or not (loaded and loaded.get("loaded"))
+        run = session.result
+        if run.timed_out:
+            status = "timeout"
+        elif ended_early and not status:
+            status = "exited before its tests" if run.returncode == 0 else f"crashed (exit code {run.returncode})"
+        if unsplit and status != "timeout":
+            keep = {i for i in unsplit} | {i for i, (kind, _) in enumerate(steps) if kind == "setup"}
+            harness_steps = [step if i in keep else ("skip", "") for i, step in enumerate(steps)]
+            token = secrets.token_hex(16)
+            fallback = sandbox.run_python(harness_program(code, harness_steps), limits, f"3\n{token}\n".encode())
+            verdicts = count_passed(fallback.channel.decode("utf-8", "replace"), token, harness_steps)
+            results.update({i: verdicts.get(i, False) for i in unsplit})
+            log.append(fallback.stderr[-STDERR_TAIL:])
+            if fallback.timed_out:
+                status = "timeout"
+        return results, status, "\n".join(x for x in (run.stderr.strip(), *log) if x), len(unsplit)
+
+    def _external(self, code: str, steps: list[tuple[str, str]]) -> tuple[dict[int, bool], str, str]:
+        from grpokit import sandbox
+
+        limits = sandbox.Limits(timeout=self.timeout, memory_mb=self.memory_mb)
+        token = secrets.token_hex(16)
+        run = sandbox.SandboxFusion(self.sandbox_url).run_python(harness_program(code, steps), limits,
+                                                                 f"1\n{token}\n".encode())
+        results = count_passed(run.stdout, token, steps)
+        status = "timeout" if run.timed_out else ""
+        if not status and len(results) < sum(1 for kind, _ in steps if kind == "test"):
+            status = "exited before its tests" if run.returncode == 0 else f"crashed (exit code {run.returncode})"
+        return results, status, run.stderr
 
 
 CODE_COLUMNS = ("tests", "test_list", "test", "entry_point", "test_setup_code", "test_imports", "code_prompt")

@@ -155,7 +155,8 @@ def test_completions_run_in_parallel():
 
 
 def test_a_failing_sandbox_drops_the_sample(monkeypatch, tmp_path):
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "does-not-exist"))
+    sandbox.shutdown()  # no warm sandbox in the pool: the next one must start, and cannot
+    monkeypatch.setattr(sandbox, "interpreter", lambda: str(tmp_path / "no-python-here"))
     values, _, details = score([fenced("def f():\n    return 1")])
     assert values == [None] and details[0]["status"] == "sandbox error"
 

@@ -1,0 +1,439 @@
+"""The program that runs inside the code sandbox (grpokit/sandbox.py starts it as `python -I -S -B -c <this file>`),
+and the plain-data codec both sides share. Standard library only: inside the sandbox there is no site-packages.
+
+Inside, the sandbox's first process (pid 1 of its pid namespace, an unprivileged uid) is a *zygote*: it installs a
+seccomp filter on itself (no nested namespaces, no ptrace, no keyrings, no new mounts), marks itself non-dumpable,
+then waits on its control socket. Each job arrives as a header and four pipe ends (stdin, stdout, stderr, channel);
+the zygote forks a child for it, waits for it with the job's deadline, then kills every other process of the
+namespace (a daemon the code left behind), removes the job's directory and answers with how the child ended. A child
+cannot signal pid 1 of its namespace, cannot read its memory (non-dumpable) and never holds the control socket.
+
+A job is one of:
+  * "serve": the child loads the completion's code as module `solution`, then answers requests on stdin with
+    replies on the channel: which names the code defines, and calls of its functions with plain-data arguments,
+    replied to with plain data. The verdict is computed by the caller, outside (rewards/code.py): the expected
+    values never enter the sandbox.
+  * "run": the child runs a program as `__main__` (one-shot use, and tests that cannot be split into calls).
+
+Plain data: None, bool, int, float, complex, str, bytes, and list / tuple / dict / set / frozenset of them, exact
+types only (a subclass of int with its own __eq__ is not plain data), as tagged JSON. `encode` and `decode` are
+the codec; `decode` is strict, so whatever bytes a hostile program writes, the caller builds builtin values or
+nothing.
+"""
+
+import base64
+import json
+import os
+import struct
+import sys
+
+MAX_DEPTH = 64
+MAX_ITEMS = 1_000_000
+MAX_FRAME = 8 << 20
+
+
+class NotPlainData(ValueError):
+    """A value that is not plain data (a generator, an instance of the program's own class, a subclass)."""
+
+
+def encode(value, depth=0, budget=None):
+    """Plain data -> JSON-able tagged lists. Raises NotPlainData for anything else."""
+    budget = budget if budget is not None else [MAX_ITEMS]
+    budget[0] -= 1
+    if depth > MAX_DEPTH or budget[0] < 0:
+        raise NotPlainData("nested too deep or too large")
+    kind = type(value)
+    if value is None:
+        return ["N"]
+    if kind is bool:
+        return ["B", int(value)]
+    if kind is int:
+        return ["i", hex(value)]
+    if kind is float:
+        return ["f", value.hex()]
+    if kind is complex:
+        return ["c", value.real.hex(), value.imag.hex()]
+    if kind is str:
+        return ["s", value]
+    if kind is bytes:
+        return ["b", base64.b64encode(value).decode("ascii")]
+    if kind in (list, tuple, set, frozenset):
+        tag = {list: "l", tuple: "t", set: "S", frozenset: "F"}[kind]
+        return [tag, [encode(item, depth + 1, budget) for item in value]]
+    if kind is dict:
+        return ["d", [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k, v in value.items()]]
+    raise NotPlainData(f"a {kind.__name__}, not plain data")
+
+
+def decode(data, depth=0):
+    """Tagged lists -> builtin values; ValueError on anything malformed."""
+    if depth > MAX_DEPTH or type(data) is not list or not data or type(data[0]) is not str:
+        raise ValueError("malformed plain data")
+    tag, rest = data[0], data[1:]
+    if tag == "N" and not rest:
+        return None
+    if len(rest) == 1:
+        item = rest[0]
+        if tag == "B" and item in (0, 1) and type(item) is int:
+            return bool(item)
+        if tag == "i" and type(item) is str and len(item) < (1 << 20):
+            return int(item, 16)
+        if tag == "f" and type(item) is str:
+            return float.fromhex(item)
+        if tag == "s" and type(item) is str:
+            return item
+        if tag == "b" and type(item) is str:
+            return base64.b64decode(item, validate=True)
+        if tag in ("l", "t", "S", "F") and type(item) is list:
+            items = [decode(x, depth + 1) for x in item]
+            return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
+        if tag == "d" and type(item) is list:
+            pairs = {}
+            for pair in item:
+                if type(pair) is not list or len(pair) != 2:
+                    raise ValueError("malformed plain data")
+                pairs[decode(pair[0], depth + 1)] = decode(pair[1], depth + 1)
+            return pairs
+    if tag == "c" and len(rest) == 2 and all(type(x) is str for x in rest):
+        return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
+    raise ValueError("malformed plain data")
+
+
+def write_frame(fd, message):
+    data = json.dumps(message, ensure_ascii=True).encode("ascii")
+    data = struct.pack(">I", len(data)) + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def read_exact(fd, n):
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 16))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd):
+    head = read_exact(fd, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack(">I", head)
+    if size > MAX_FRAME:
+        raise ValueError("frame too large")
+    body = read_exact(fd, size)
+    return None if body is None else json.loads(body)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# seccomp: a small BPF filter, no library needed
+# ---------------------------------------------------------------------------------------------------------------
+
+_NS_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
+# (audit arch, x32 bit or 0, {denied syscall: number}, clone, clone3)
+_ARCHES = {
+    "x86_64": (0xC000003E, 0x40000000, {
+        "unshare": 272, "setns": 308, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+        "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
+        "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 312,
+        "personality": 135}, 56, 435),
+    "aarch64": (0xC00000B7, 0, {
+        "unshare": 97, "setns": 268, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
+        "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
+        "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 272,
+        "personality": 92}, 220, 435),
+}
+
+
+def seccomp_program(machine):
+    """The filter as a list of (code, jt, jf, k): kill on a foreign arch, EPERM for the denied calls and for clone
+    with namespace flags, ENOSYS for clone3 (so libc falls back to clone, whose flags can be checked)."""
+    arch, x32, denied, clone, clone3 = _ARCHES[machine]
+    ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
+    numbers = sorted(set(denied.values()))
+    # layout: 0 ld arch, 1 jeq arch, 2 ret kill, 3 ld nr, [4 jge x32], numbers..., clone3, clone, ret allow,
+    #         clone-check: ld arg0, jset, ret allow, EPERM, ENOSYS
+    body = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    tests = ([("jge", x32)] if x32 else []) + [("eq", n) for n in numbers] + [("clone3", clone3), ("clone", clone)]
+    first_test = len(body)
+    allow_at = first_test + len(tests)
+    check_at = allow_at + 1
+    eperm_at = check_at + 3
+    enosys_at = eperm_at + 1
+    for i, (kind, value) in enumerate(tests):
+        here = first_test + i
+        if kind == "jge":
+            body.append((jge, eperm_at - here - 1, 0, value))
+        elif kind == "eq":
+            body.append((jeq, eperm_at - here - 1, 0, value))
+        elif kind == "clone3":
+            body.append((jeq, enosys_at - here - 1, 0, value))
+        else:
+            body.append((jeq, check_at - here - 1, 0, value))
+    body.append((ret, 0, 0, allow))
+    body += [(ld, 0, 0, 16), (jset, 1, 0, _NS_FLAGS), (ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in body)
+    return body
+
+
+def install_seccomp():
+    """Install the filter on this process (inherited by every child). Returns '' or why it could not."""
+    import ctypes
+
+    machine = os.uname().machine
+    if machine not in _ARCHES:
+        return f"no seccomp filter for {machine}"
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    program = seccomp_program(machine)
+    filters = (Filter * len(program))(*[Filter(*row) for row in program])
+    prog = Prog(len(program), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    if libc.prctl(38, 1, None, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return f"no_new_privs refused (errno {ctypes.get_errno()})"
+    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        return f"seccomp refused (errno {ctypes.get_errno()})"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The zygote and its children
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _remove_tree(path):
+    """Remove a directory tree without recursion (a program may leave thousands of nested directories)."""
+    stack = [path]
+    while stack:
+        top = stack[-1]
+        try:
+            entries = list(os.scandir(top))
+        except FileNotFoundError:
+            stack.pop()
+            continue
+        subdirs = []
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                subdirs.append(entry.path)
+            else:
+                os.unlink(entry.path)
+        if subdirs:
+            stack.extend(subdirs)
+        else:
+            os.rmdir(top)
+            stack.pop()
+
+
+def _kill_others():
+    """SIGKILL every process of this pid namespace but this one, until none is left (a fork loop included)."""
+    import signal
+    import time
+
+    me = os.getpid()
+    for _ in range(200):
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap()
+        time.sleep(0.002)
+    _reap()
+
+
+def _reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _child(header, fds, workdir):
+    """In the forked child: the job's pipes on fds 0-3, limits, a clean environment, then the job."""
+    import ctypes
+    import resource
+
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again: its own /proc/self is readable; the zygote stays closed
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    os.closerange(4, 1 << 16)
+    os.setsid()
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+                       "HOME": workdir, "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"})
+    for name, value in header["rlimits"]:
+        try:
+            resource.setrlimit(getattr(resource, name), (value, value))
+        except (ValueError, OSError):
+            pass
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False)
+    sys.argv = ["main.py"]
+    code = 0
+    try:
+        if header["kind"] == "serve":
+            _serve()
+        else:
+            namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+            exec(compile(header["program"], "main.py", "exec"), namespace)
+    except SystemExit as err:
+        code = err.code if type(err.code) is int else (0 if err.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(code & 0xFF)
+
+
+def _describe(value):
+    if isinstance(value, type):
+        return ["other", "class"]
+    if callable(value):
+        return ["call"]
+    try:
+        return ["data", encode(value)]
+    except NotPlainData:
+        return ["other", type(value).__name__]
+
+
+def _serve():
+    """Load the solution (the first request), then answer requests until stdin closes."""
+    request = read_frame(0)
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        exec(compile(request["solution"], "solution.py", "exec"), namespace)
+    except BaseException as err:
+        _reply_error(err, "load")
+        return
+    write_frame(3, {"loaded": True})
+    while True:
+        request = read_frame(0)
+        if request is None:
+            return
+        if request["op"] == "names":
+            write_frame(3, {"names": {name: (_describe(namespace[name]) if name in namespace else ["missing"])
+                                      for name in request["names"]}})
+            continue
+        function = namespace.get(request["name"])
+        args, kwargs = decode(request["args"]), decode(request["kwargs"])
+        try:
+            value = function(*args, **kwargs)
+        except BaseException as err:
+            _reply_error(err, "raise")
+            continue
+        try:
+            reply = {"value": encode(value)}
+            if request.get("mutable"):
+                reply["args"] = encode(args)
+                reply["kwargs"] = encode(kwargs)
+        except NotPlainData as err:
+            reply = {"unsupported": str(err)}
+        write_frame(3, reply)
+
+
+def _reply_error(err, key):
+    try:
+        message = str(err)[:300]
+    except BaseException:
+        message = "?"
+    write_frame(3, {key: type(err).__name__, "message": message})
+
+
+def zygote(control_fd, root, pidns):
+    """Serve jobs from the control socket until it closes. `root`: the directory jobs get their directories in;
+    `pidns`: this is pid 1 of its own pid namespace (leftovers are every other process; else only the job's group)."""
+    import select
+    import signal
+    import socket
+
+    why = install_seccomp()
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd or environ for the children
+    control = socket.socket(fileno=control_fd)
+    write_frame(control_fd, {"ready": True, "uid": os.getuid(), "seccomp": why})
+    serial = 0
+    while True:
+        try:  # a frame: 4 bytes of length (the job's pipes ride on them), then the JSON header
+            head, fds, _, _ = socket.recv_fds(control, 4, 4)
+            if len(head) != 4:
+                return
+            (size,) = struct.unpack(">I", head)
+            body = read_exact(control_fd, size) if size <= MAX_FRAME else None
+        except OSError:
+            return
+        if body is None or len(fds) != 4:
+            return
+        header = json.loads(body)
+        serial += 1
+        workdir = os.path.join(root, f"job-{serial}")
+        os.mkdir(workdir, 0o700)
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            _child(header, fds, workdir)
+        for fd in fds:
+            os.close(fd)
+        timed_out = False
+        pidfd = os.pidfd_open(pid)
+        ready, _, _ = select.select([pidfd], [], [], header["timeout"])
+        os.close(pidfd)
+        if not ready:
+            timed_out = True
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        _, status = os.waitpid(pid, 0)
+        if pidns:
+            _kill_others()
+        else:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        dirty = ""
+        try:
+            os.chmod(workdir, 0o700)
+            _remove_tree(workdir)
+        except OSError as err:
+            dirty = f"cleanup failed: {type(err).__name__}"
+        write_frame(control_fd, {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out,
+                                 "dirty": dirty})
+        if dirty:
+            return  # the namespace and its tmpfs go with this process; the host starts a fresh sandbox
+
+
+if __name__ == "__main__":
+    zygote(int(sys.argv[1]), sys.argv[2], sys.argv[3] == "pidns")
