@@ -141,6 +141,14 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
     def _calculate_rewards(self, *args, **kwargs):
         # the gathered [all rows, reward functions] tensor TRL sums and baselines inline; kept to recompute from
         self._gathered_rewards = super()._calculate_rewards(*args, **kwargs)
+        # Components' own per-call figures (code_execution: code/hack_suspected, code/unsplit_tests) join TRL's
+        # step metrics, so the logs and W&B show the step a policy starts to reach for hacks.
+        mode = "train" if self.model.training else "eval"
+        for function in self.reward_funcs:
+            reward_set = getattr(function, "reward_set", None)
+            for component in (reward_set.components if reward_set else [getattr(function, "component", None)]):
+                for key, value in (getattr(component, "last_metrics", None) or {}).items():
+                    self._metrics[mode][key].append(float(value))
         return self._gathered_rewards
 
     def _save_optimizer_and_scheduler(self, output_dir):
