@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -290,7 +291,10 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
         import yaml
 
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
+        except DuplicateKey as dup:
+            raise UsageError(f"{what} {path}: '{dup.key}' is given twice (line {dup.line}): the second would "
+                             "silently replace the first; keep one.") from None
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -299,7 +303,10 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
         kind = "a YAML mapping (key: value lines)"
     else:
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
+        except DuplicateKey as dup:
+            raise UsageError(f"{what} {path}: '{dup.key}' is given twice: the second would silently replace the "
+                             "first; keep one.") from None
         except json.JSONDecodeError as err:
             raise UsageError(f"{what} {path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
                              ) from None
@@ -307,6 +314,40 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{what} {path} must hold {kind}, not a {type(data).__name__}.")
     return data
+
+
+class DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int = 0):
+        super().__init__(key)
+        self.key, self.line = key, line
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook: a key given twice is an error, not 'the last one wins'."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+@functools.cache
+def _unique_key_loader():
+    """yaml's SafeLoader, refusing a mapping key given twice (PyYAML keeps the last one without a word)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key != "<<" and key in seen:
+                    raise DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 def load_preset(name: str) -> dict[str, Any]:
@@ -429,8 +470,13 @@ def normalise_layer(layer: dict[str, Any], source: str) -> dict[str, Any]:
     """Check one layer's keys and values; return it with aliases resolved and GRPOConfig extras under trl_args."""
     out: dict[str, Any] = {}
     trl_args: dict[str, Any] = {}
+    spelled: dict[str, str] = {}  # field -> the key this layer set it with
     for raw_key, value in layer.items():
         key = ALIASES.get(raw_key, raw_key)
+        if key in spelled and key in ALIASES.values():
+            # `group_size: 8` and `num_generations: 4` in one file: one of them would be dropped without a word
+            raise UsageError(f"{source}: '{spelled[key]}' and '{raw_key}' are the same setting ({key}): give one.")
+        spelled[key] = raw_key
         if key in NO_EFFECT:
             log.warning("%s: '%s' has no effect (%s); ignoring it.", source, key, NO_EFFECT[key])
             continue
@@ -574,7 +620,74 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
                          "above 0 (e.g. --set sft_loss_weight=1.0 --set grpo_loss_weight=0.5).")
     check_batch_arithmetic(config, world_size)
     check_advantage_options(config, world_size)
+    check_settings_in_use(config)
     schedule_from_config(config, world_size)  # adaptive_group_size: refused here if the batch cannot follow it
+    check_best_metric(config)
+
+
+def check_settings_in_use(config: GRPORunConfig) -> None:
+    """A setting the user gave that this run would not use is refused with the one that would make it count: a run
+    never looks configured one way while training another."""
+    # A config file may hold every field (save_config_to_file, run_config.json): a value at its default there is
+    # not a request; one typed on the command line or passed to GRPOConfig is.
+    typed = ("flag", "--set", "api")
+    if config.custom_data and config.source_of("dataset") in typed and config.source_of("custom_data") in typed:
+        raise UsageError(f"--custom-data {config.custom_data} and --dataset {config.dataset} both name the training "
+                         "data: give one (custom data would replace the dataset).")
+
+    def changed(name: str) -> bool:
+        return config.named_by_user(name) and getattr(config, name) != FIELDS[name].default
+
+    if not config.adaptive_group_size:
+        bounds = [n for n in ("min_group_size", "max_group_size", "group_size_schedule") if changed(n)]
+        if bounds:
+            raise UsageError(f"{' and '.join(bounds)} appl{'y' if len(bounds) > 1 else 'ies'} only with "
+                             "adaptive_group_size: set adaptive_group_size "
+                             f"true, or drop {'them' if len(bounds) > 1 else 'it'} (the group size is num_generations, "
+                             f"{config.num_generations}).")
+    if config.dynamic_sampling and config.dynamic_sampling_max_rounds == 0:
+        raise UsageError("dynamic_sampling_max_rounds 0 allows no round to replace a zero-variance group, so dynamic "
+                         "sampling would change nothing: set 1 or more (default 3), or turn dynamic_sampling off.")
+    if not config.dynamic_sampling and changed("dynamic_sampling_max_rounds"):
+        raise UsageError("dynamic_sampling_max_rounds only applies with dynamic_sampling: set dynamic_sampling true, "
+                         "or drop it.")
+
+
+# Eval metrics of ours (grpokit/callbacks.py's generation log) that best_metric may name besides TRL's.
+OUR_EVAL_METRICS = ("greedy_reward",)
+
+
+@functools.cache
+def trl_eval_metric_names() -> frozenset[str]:
+    """The metric names TRL's GRPOTrainer logs (`self._metrics[mode]["..."]`), read from the installed source
+    (no import). Empty when TRL is not installed."""
+    import re
+
+    path = _module_file("trl.trainer.grpo_trainer")
+    if path is None:
+        return frozenset()
+    return frozenset(re.findall(r'_metrics\[mode\]\["([^"{}]+)"\]', Path(path).read_text())) | {"loss"}
+
+
+def check_best_metric(config: GRPORunConfig) -> None:
+    """best_metric names a metric the evaluations will report, checked now instead of at the first evaluation
+    (after the model loaded and trained). Per-reward metrics (rewards/<name>/mean) are checked against the reward
+    set once it is built (grpokit/run.py build_rewards)."""
+    name = config.best_metric.removeprefix("eval_")
+    known = trl_eval_metric_names()
+    if not name or not known or name.startswith("rewards/"):
+        return
+    pass_k = {"pass@1", f"pass@{config.eval_pass_k}"} if config.eval_pass_k else set()
+    if re.fullmatch(r"pass@\d+", name) and name not in pass_k:
+        needs = f"eval_pass_k {name.split('@')[1]}" if name != "pass@1" else "eval_pass_k > 0"
+        raise UsageError(f"best_metric '{name}' is measured only with {needs}: set it (--set eval_pass_k=...), or "
+                         "pick another best_metric.")
+    valid = sorted(known | set(OUR_EVAL_METRICS) | pass_k)
+    if name not in valid:
+        near = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        raise UsageError(f"best_metric '{name}' is not an eval metric.{hint} Use reward, greedy_reward, "
+                         "rewards/<reward name>/mean, pass@1 / pass@k (with eval_pass_k), or '' for none.")
 
 
 def check_advantage_options(config: GRPORunConfig, world_size: int = 1) -> None:

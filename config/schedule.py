@@ -79,6 +79,9 @@ def schedule_from_config(config: Any, world_size: int = 1) -> GroupSchedule | No
     listed = ", ".join(map(str, valid))
     for name in ("min_group_size", "max_group_size"):
         value = getattr(config, name)
+        if value < 2:
+            raise UsageError(f"'{name}' is {value}: GRPO compares completions within a group, so a group needs at "
+                             f"least 2 (valid group sizes for this batch: {listed}).")
         if value not in valid:
             raise UsageError(
                 f"'{name}' {value} does not divide the generation batch of {batch} completions (per_device_train_"

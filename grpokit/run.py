@@ -96,6 +96,11 @@ class GRPOTrainer:
         self.load_plan = None  # grpokit.load_plan.LoadPlan: checked by check_run, followed by load_model
         self._trainer_args_first = None  # ZeRO-3: TRL's args built before the model (kept alive, see load_model)
         self._started = time.perf_counter()
+        from grpokit.cpu_threads import ThreadPlan
+
+        # [cpu_threads] threads for sampling and training from the cores really free; its first look at the machine
+        # spans the model load
+        self.threads = ThreadPlan(config.generation_threads)
 
     # ---- data and rewards (no model needed) ----------------------------------------------------------------------
     def load_data(self, dataset=None):
@@ -146,6 +151,7 @@ class GRPOTrainer:
                     f"the run would learn nothing from it. Use --reward-preset "
                     f"{default_reward_preset(config, report.format, rows)} or data with the columns they need.")
         check_columns(reward_set, columns, report.source)
+        _check_reward_metrics(config, reward_set, columns, report.source)
         from grpokit.mixed_loss import check_reference
 
         # sft_loss_weight: data without a reference reply is refused here, before any model loads (CLI and API)
@@ -356,6 +362,7 @@ class GRPOTrainer:
             ("model", f"{config.model_name} ({self.backend}, {'4-bit' if config.load_in_4bit else '16-bit'} "
                       f"LoRA r{config.lora_r})"),
             ("engine", f"{engine[0]}" + (f" ({engine[1]})" if engine[1] else "")),
+            ("threads", self.threads.describe()),
             ("data", f"{len(self.train_dataset)} train / "
                      f"{len(self.eval_dataset) if self.eval_dataset is not None else 0} held-out prompts from "
                      f"{report.source}" + (f"; {dropped} rows dropped (see the log)" if dropped else "")),
@@ -427,10 +434,12 @@ class GRPOTrainer:
             # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
             log.info("share_prompts: not used with Unsloth's GPU trainer (it computes log-probs with its own kernels).")
             share_prompts = False
+        self.threads.update()  # before the engine starts: it takes the chosen count
         # [engines] the chosen generation engine, built once and kept across the run's trainers
         self.generation_engine, self.engine_choice = start_engine(
             config, self.engine_choice, self.model, model_path(config.model_name, config.load_in_4bit), kwargs,
             self.generation_engine)
+        self.threads.engine = self.generation_engine
         trainer = TRLGRPOTrainer(model=self.model, processing_class=self.tokenizer, reward_funcs=reward_funcs,
                                  args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
                                  eval_dataset=self.eval_dataset, share_prompts=share_prompts,
@@ -442,6 +451,7 @@ class GRPOTrainer:
                                  eval_loss=config.beta != 0 or config.sft_loss_weight > 0)
         trainer.add_callback(LogLinesCallback())
         if training:
+            trainer.add_callback(self.threads.callback())  # re-checks the cores before every step
             self.clock = TrainClock()  # before the callbacks that log: its figure joins each step's log
             trainer.add_callback(self.clock)
             trainer.add_callback(LearningSignalCheck())
@@ -704,6 +714,15 @@ def check_output_dir(path: str) -> Path:
     if not probe.is_dir() or not os.access(probe, os.W_OK):
         raise UsageError(f"Output directory {out} is not writable ({probe} is not a writable directory): "
                          "choose another --output-dir.")
+    # os.access says yes to root everywhere, also on /proc, /sys or a read-only mount: only making a directory there
+    # tells (it is removed at once)
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".grpo-write-check-", dir=probe))
+    except OSError as err:
+        raise UsageError(f"Output directory {out} is not writable (making a directory in {probe} fails: "
+                         f"{err.strerror or err}): choose another --output-dir.") from None
     return out
 
 
@@ -881,6 +900,23 @@ def reward_set_for(config: GRPORunConfig, data_format: str, extra_funcs: list, r
 
         add_reward_functions(reward_set, extra_funcs)
     return reward_set
+
+
+def _check_reward_metrics(config: GRPORunConfig, reward_set, columns: set[str], source: str) -> None:
+    """What the evaluations can report for these rewards and this data, checked before a model loads: pass@k needs
+    a right answer to pass (an `answer` or `tests` column), and best_metric's rewards/<name>/... a reward of that
+    name (config/loader.py check_best_metric checks the other names)."""
+    if config.eval_pass_k and not {"answer", "tests"} & columns:
+        raise UsageError(f"eval_pass_k {config.eval_pass_k}: pass@k counts answers that pass, and {source} has no "
+                         "answer or tests to pass (preference or prompt-only data): set eval_pass_k 0, or use "
+                         "verifiable or code data.")
+    name = config.best_metric.removeprefix("eval_")
+    if name.startswith("rewards/"):
+        logged = ["reward_total"] if config.reward_function_type == "single" else reward_set.names
+        valid = [f"rewards/{n}/{stat}" for n in logged for stat in ("mean", "std")]
+        if name not in valid:
+            raise UsageError(f"best_metric '{name}' is not a metric of this run's rewards ({config.reward_function_type}"
+                             f" mode logs {', '.join(valid[::2])}): pick one of those, or reward.")
 
 
 def _columns_fit(reward_set, columns: set[str]) -> bool:
