@@ -110,6 +110,13 @@ def main() -> None:
               f"min {min(values):.1f}, max {max(values):.1f})")
     if "transformers" in summary and "llama_cpp" in summary:
         print(f"llama_cpp / transformers: {summary['llama_cpp'] / summary['transformers']:.1f}x")
+    from table import header, machine, row, stamp  # BENCHMARKS.md's "Generation engines" rows
+
+    print(f"{machine()}; {stamp()}")
+    print(header("engine", "completion tok/s", "adapter push"))
+    for name, values in rates.items():
+        push = f"{statistics.median(pushes) * 1000:.0f} ms" if name == "llama_cpp" and pushes else "–"
+        print(row(name, f"{summary[name]:.1f} ({min(values):.1f}–{max(values):.1f})", push))
 
     if a.mismatch and "llama_cpp" in engines:
         summary["mismatch"] = mismatch(engines["llama_cpp"], prompt, tokenizer, a)

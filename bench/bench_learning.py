@@ -69,13 +69,16 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="more train_grpo.py arguments (after --)")
     options = parser.parse_args()
     results = [run(seed, options.tiny, options.extra, options.eval_every) for seed in options.seeds]
-    print(f"| seed | held-out prompts | greedy reward before | after | gain | steps | train s | wall s | "
-          f"first step with gain >= {GAIN} | train s to it |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    from table import header, machine, row, stamp  # BENCHMARKS.md's "The learning benchmark" rows
+
+    print(header("machine", "date, commit", "seed", "before", "after", "gain", f"first step with +{GAIN:.2f}",
+                 "training to it"))
     for r in results:
-        print(f"| {r['seed']} | {r['eval_prompts']} | {r['before']:.3f} | {r['after']:.3f} | "
-              f"{r['after'] - r['before']:+.3f} | {r['steps']} | {r['train_seconds']} | {r['wall_seconds']} | "
-              f"{r['gain_step']} | {r['seconds_to_gain']} |")
+        to_gain = f"{r['seconds_to_gain']:.1f} s" if r["seconds_to_gain"] is not None else "–"
+        print(row(machine(), stamp(), r["seed"], f"{r['before']:.3f}", f"{r['after']:.3f}",
+                  f"{r['after'] - r['before']:+.3f}", r["gain_step"] or "–", to_gain))
+    print(f"({results[0]['eval_prompts']} held-out prompts, {results[0]['steps']} steps; training "
+          f"{', '.join(str(r['train_seconds']) for r in results)} s, wall {', '.join(str(r['wall_seconds']) for r in results)} s)")
     print(json.dumps(results))
 
 

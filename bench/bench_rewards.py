@@ -23,6 +23,10 @@ def main(n: int = 10_000) -> None:
     answers = [a for _ in range(n // group) for a in [str(rng.randint(0, 30))] * group]
     chosen = [c for _ in range(n // group) for c in [" ".join(rng.choices(words, k=40))] * group]
     rejected = [r for _ in range(n // group) for r in [" ".join(rng.choices(words, k=40))] * group]
+    from table import header, machine, row, stamp  # BENCHMARKS.md's reward-preset rows
+
+    print(f"{machine()}; {stamp()}; {n} completions in groups of {group}")
+    print(header("preset", "components", "time"))
     for preset in ("arithmetic", "math", "keywords", "balanced"):
         data, source = load_reward_config(preset)
         reward_set = parse_reward_config(data, source, max_completion_length=256)
@@ -30,7 +34,7 @@ def main(n: int = 10_000) -> None:
         start = time.perf_counter()
         single(prompts=[None] * n, completions=completions, answer=answers, chosen=chosen, rejected=rejected)
         elapsed = time.perf_counter() - start
-        print(f"{preset:<11} {'+'.join(reward_set.names):<40} {n} completions: {elapsed:.3f} s")
+        print(row(preset, " + ".join(reward_set.names), f"{elapsed:.2f} s"))
 
 
 if __name__ == "__main__":

@@ -118,7 +118,31 @@ def main() -> None:
                 print(f"       {phase}: median {statistics.median(values):.3f} (n={len(values)})")
     for name in (n for n in rows if n != "plain"):
         print(f"ratio {name}/plain (median step time): {rows[name] / rows['plain']:.2f}")
+    print_table_rows(results, rows, a)
     print(json.dumps({"ratio": rows["ours"] / rows["plain"], **{k: v for k, v in rows.items()}}))
+
+
+def print_table_rows(results: dict, rows: dict, a) -> None:
+    """BENCHMARKS.md's "Speed against plain TRL" and "Memory" rows."""
+    from table import header, machine, row, stamp
+
+    where, plain = (machine(), stamp()), f"{rows['plain']:.2f} s ({'fp32' if a.plain_fp32 else 'bf16'})"
+    sides = {"ours": f"4-bit (default), {a.engine}", "ours16": f"`--no-4bit`, {a.engine}"}
+    print("\n" + header("machine", "date, commit", "our side", "median step (min–max)", "plain TRL", "ratio",
+                        "generation per step", "|Δ log-prob| sampler vs trainer"))
+    for name, side in sides.items():
+        if name in results:
+            r, phases = results[name], results[name]["phases"]
+            generation = f"{statistics.median(phases['generation']):.2f} s" if phases["generation"] else ""
+            mismatch = phases["|Δ logp| sampler vs trainer"]
+            print(row(*where, side, f"{rows[name]:.2f} s ({min(r['steps']):.2f}–{max(r['steps']):.2f})", plain,
+                      f"{rows[name] / rows['plain']:.2f}", generation,
+                      f"{statistics.median(mismatch):.3f}" if mismatch else ""))
+    plain_rss = ", ".join(f"{x:.0f}" for x in results["plain"]["rss"]) + " MiB"
+    print("\n" + header("machine", "date, commit", "our side", "ours", "plain TRL"))
+    for name, side in sides.items():
+        if name in results:
+            print(row(*where, side, ", ".join(f"{x:.0f}" for x in results[name]["rss"]) + " MiB", plain_rss))
 
 
 if __name__ == "__main__":

@@ -88,6 +88,14 @@ def main() -> None:
     print(f"median over {len(steps)} steps (after the first): step {rows['step_time']:.2f} s")
     for phase in ("rollout", "scoring", "loss forward", "backward", "optimizer", "rest (Python, bookkeeping)"):
         print(f"  {phase:<28} {rows[phase]:6.2f} s  {100 * rows[phase] / rows['step_time']:5.1f} %")
+    from table import header, machine, row, stamp  # BENCHMARKS.md's "Where a step goes" row
+
+    def share(phase):
+        return f"{rows[phase]:.2f} s ({100 * rows[phase] / rows['step_time']:.0f} %)"
+
+    print("\n" + header("machine", "date, commit", "step", "rollout", "loss forward", "backward", "optimizer", "rest"))
+    print(row(machine(), stamp(), f"{rows['step_time']:.2f} s", share("rollout"), share("loss forward"),
+              share("backward"), f"{rows['optimizer']:.2f} s", f"{rows['rest (Python, bookkeeping)']:.2f} s"))
     print(json.dumps(rows))
 
 
