@@ -129,7 +129,7 @@ def print_table_rows(results: dict, rows: dict, a) -> None:
     where, plain = (machine(), stamp()), f"{rows['plain']:.2f} s ({'fp32' if a.plain_fp32 else 'bf16'})"
     sides = {"ours": f"4-bit (default), {a.engine}", "ours16": f"`--no-4bit`, {a.engine}"}
     print("\n" + header("machine", "date, commit", "our side", "median step (min–max)", "plain TRL", "ratio",
-                        "generation per step", "|Δ log-prob| sampler vs trainer"))
+                        "generation per step", "\\|Δ log-prob\\| sampler vs trainer"))
     for name, side in sides.items():
         if name in results:
             r, phases = results[name], results[name]["phases"]
