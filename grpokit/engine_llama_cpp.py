@@ -489,5 +489,14 @@ class LlamaCppEngine:
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down ctypes already
             pass
 
+    def set_threads(self, threads: int) -> None:
+        """The thread count of the next llama_decode calls. Without an attached threadpool, ggml starts that many
+        threads for each call and ends them after it (ggml_graph_compute's disposable pool): nothing keeps polling
+        between calls, and a new count costs nothing."""
+        if threads != self.threads:
+            self.threads = threads
+            if self._ctx is not None:
+                self._L.llama_set_n_threads(self._ctx, threads, threads)
+
     def describe(self) -> str:
         return f"llama_cpp ({self.gguf_path.name}, {self.threads} threads)"
