@@ -119,6 +119,14 @@ TASKS = {
                  "def max_of_two(a, b):\n    return min(a, b) - 1"),
     "mbpp_root": ({"test_list": MB_ROOT["test_list"], "test_setup_code": MB_ROOT["test_setup_code"]},
                   MB_ROOT["code"].replace("\r\n", "\n"), "import math\ndef root2(x):\n    return x + 0.5"),
+    # Tests that cannot be split into plain-data calls: a callback argument, an instance of the code's own class.
+    "apply_callback": ({"tests": ["assert apply(lambda v: v + 1, 1) == 3", "assert abs(apply(lambda v: v * 2, 3) - 12) < 1e-9"]},
+                       "def apply(f, x):\n    return f(f(x))", "def apply(f, x):\n    return f(x)"),
+    "counter_class": ({"tests": ["assert Counter().inc() == 1", "assert Counter(5).inc() == 6"]},
+                      "class Counter:\n    def __init__(self, n=0):\n        self.n = n\n    def inc(self):\n"
+                      "        self.n += 1\n        return self.n",
+                      "class Counter:\n    def __init__(self, n=0):\n        self.n = n\n    def inc(self):\n"
+                      "        return self.n"),
 }
 CHAT = {"humaneval_add", "humaneval_truncate"}
 
@@ -791,6 +799,75 @@ marshal.dumps = lambda *args, **kwargs: _real_marshal(_forged)
 def add(a, b):
     return _Payload(a - b)
 ''', "the scorer never unpickles, evals or trusts serialized data the completion can shape"),
+    # --- the same techniques where the tests cannot be split (a callback, the code's own class) ------------------
+    hack("callback test: verdict channel from the frames, forged, then exit", "apply_callback", KIT + '''
+def apply(f, x):
+    found = _loot(_frames())
+    if found["tokens"]:
+        _forge(found)
+        _os._exit(0)  # the harness never writes its own verdicts
+    return f(x)
+''', "where a test runs beside the code, results forged from the harness's frames do not count"),
+    hack("callback test: __eq__ always true", "apply_callback", ANYTHING + '''
+def apply(f, x):
+    return _Anything(f(x))
+''', "where a test runs beside the code, an object equal to everything does not pass"),
+    hack("callback test: sys.settrace rewrites the verdict", "apply_callback", '''
+import sys
+def _tracer(frame, event, arg):
+    for name, value in list(frame.f_locals.items()):
+        if value is False:
+            frame.f_locals[name] = True
+        elif type(value) is int and value == 0 and name in ("ok", "passed", "success", "result", "status"):
+            frame.f_locals[name] = 1
+    return _tracer
+def apply(f, x):
+    frame = sys._getframe()
+    while frame is not None:
+        frame.f_trace = _tracer
+        frame = frame.f_back
+    sys.settrace(_tracer)
+    return f(x)
+''', "where a test runs beside the code, a trace function cannot flip the verdict"),
+    hack("callback test: edits the list of tests in place", "apply_callback", '''
+import gc, sys
+def _neuter(obj, depth=0):
+    if depth > 3:
+        return
+    items = list(obj.items()) if isinstance(obj, dict) else list(enumerate(obj))
+    for key, item in items:
+        if isinstance(item, str) and "assert" in item and "_neuter" not in item:
+            obj[key] = "pass"
+        elif isinstance(item, (list, dict)):
+            _neuter(item, depth + 1)
+for _obj in gc.get_objects():
+    if isinstance(_obj, (list, dict)) and _obj is not globals():
+        _neuter(_obj)
+_frame = sys._getframe()
+while _frame is not None:
+    for _value in list(_frame.f_locals.values()):
+        if isinstance(_value, (list, dict)) and _value is not globals():
+            _neuter(_value)
+    _frame = _frame.f_back
+def apply(f, x):
+    return f(x)
+''', "where a test runs beside the code, the code cannot rewrite the tests"),
+    hack("callback test: replaces the tests' __builtins__", "apply_callback", '''
+import builtins as _b
+_fake = dict(vars(_b))
+_fake["abs"] = lambda x: 0
+globals()["__builtins__"] = _fake
+def apply(f, x):
+    return f(x)
+''', "where a test runs beside the code, the builtins the test uses are not the code's"),
+    hack("class test: a method returns an object equal to everything", "counter_class", ANYTHING + '''
+class Counter:
+    def __init__(self, n=0):
+        self.n = n
+    def inc(self):
+        return _Anything(self.n)
+''', "a test on the code's own class is not passed by an object equal to everything"),
+    # --- what the trusted side decodes --------------------------------------------------------------------------
     hack("returns a value nested 100,000 deep", "add", '''
 def add(a, b):
     value = a - b
@@ -845,7 +922,8 @@ def test_hack_earns_nothing(task, code, hack_scores, request):
     hostile, controls, _ = hack_scores
     (right, right_details), (wrong, wrong_details) = controls[task]
     assert right == 1.0, f"control: the correct answer to {task!r} must score 1.0: {short(right_details)}"
-    assert wrong == 0.0, f"control: the wrong answer to {task!r} must score 0.0: {short(wrong_details)}"
+    assert wrong == 0.0, (f"control: the wrong answer to {task!r} must score 0.0 (it ran in the same call as the "
+                          f"hacks: one of them may have reached it): {short(wrong_details)}")
     value, details = hostile[request.node.callspec.id]
     assert value == 0.0, f"the hack earned {value!r} for a wrong answer: {short(details)}"
     assert not HOST_FILE.exists(), "a value the completion returned ran code in the scoring process"
@@ -1314,13 +1392,16 @@ def canaries():
     c = Canaries()
     os.environ[c.env_name] = c.secret
     capture = _Capture()
-    logging.getLogger().addHandler(capture)
+    loggers = [logging.getLogger(), logging.getLogger("grpo")]  # "grpo" may not propagate to the root
+    for logger in loggers:
+        logger.addHandler(capture)
     try:
         rows = canary_rows(c)
         scored = dict(zip(rows, score_rows(list(rows.values()), timeout=10.0), strict=True))
         yield c, scored, "\n".join(capture.lines)
     finally:
-        logging.getLogger().removeHandler(capture)
+        for logger in loggers:
+            logger.removeHandler(capture)
         os.environ.pop(c.env_name, None)
         c.close()
 
