@@ -860,6 +860,11 @@ globals()["__builtins__"] = _fake
 def apply(f, x):
     return f(x)
 ''', "where a test runs beside the code, the builtins the test uses are not the code's"),
+    hack("entry point defined as a class, to be judged beside the code", "add", ANYTHING + '''
+class add:
+    def __new__(cls, a, b):
+        return _Anything(a - b)
+''', "a completion cannot move an ordinary test to where its code runs by defining the function as a class"),
     hack("class test: a method returns an object equal to everything", "counter_class", ANYTHING + '''
 class Counter:
     def __init__(self, n=0):
