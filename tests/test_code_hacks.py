@@ -942,6 +942,74 @@ def test_the_hack_table_is_scored_in_one_quick_pass(hack_scores):
     assert elapsed < 45, f"scoring {len(hostile)} hostile rows took {elapsed:.0f} s"
 
 
+THIEF = r'''
+import re
+def _regions():
+    try:
+        maps = open("/proc/self/maps").read().splitlines()
+    except OSError:
+        return
+    try:
+        mem = open("/proc/self/mem", "rb", 0)
+    except OSError:
+        mem = None
+    for line in maps:
+        fields = line.split()
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if not fields[1].startswith("rw") or hi - lo > (256 << 20):
+            continue
+        try:
+            if mem is not None:
+                mem.seek(lo)
+                yield mem.read(hi - lo)
+            else:
+                import ctypes
+                yield ctypes.string_at(lo, hi - lo)
+        except (OSError, ValueError, OverflowError):
+            continue
+def _steal(entry):
+    """Other programs' definitions of `entry` left in this process's memory."""
+    found = []
+    for blob in _regions():
+        for m in re.finditer(b"def " + entry.encode() + rb"\(", blob):
+            chunk = blob[m.start():m.start() + 4000].split(b"\0")[0]
+            for text in (chunk, chunk.replace(b"\\n", b"\n"), chunk.replace(b"\\\\n", b"\n")):
+                lines = text.decode("utf-8", "replace").split("\n")
+                if "# own" in lines[0]:
+                    break
+                body = [lines[0]]
+                for line in lines[1:]:
+                    if not line.startswith((" ", "\t")):
+                        break
+                    body.append(line)
+                try:
+                    namespace = {}
+                    exec(compile("\n".join(body), "stolen", "exec"), namespace)
+                except Exception:
+                    continue
+                if callable(namespace.get(entry)):
+                    found.append(namespace[entry])
+                    break
+    return found
+_STOLEN = _steal("apply")
+def apply(f, x):  # own
+    for stolen in _STOLEN:
+        return stolen(f, x)
+    return f(x)
+'''
+
+
+@guards("a completion cannot copy the code of another completion scored before it (left in a reused process's memory)")
+def test_a_completion_cannot_copy_a_siblings_solution():
+    columns, right, _ = TASKS["apply_callback"]
+    siblings = [(columns, fenced(f"{right}\n# sibling {i}")) for i in range(6)]
+    thieves = [(columns, fenced(f"{THIEF}\n# thief {i}")) for i in range(4)]  # after the siblings, on every worker
+    scored = score_rows(siblings + thieves)
+    assert [value for value, _ in scored[:6]] == [1.0] * 6, short(scored[0][1])
+    stolen = [(value, details) for value, details in scored[6:] if value != 0.0]
+    assert not stolen, f"{len(stolen)} of 4 completions ran a sibling's code found in memory: {short(stolen[0][1])}"
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # Canaries: what the sandbox must not show or let the code touch
 # -----------------------------------------------------------------------------------------------------------------
