@@ -1010,6 +1010,43 @@ def test_a_completion_cannot_copy_a_siblings_solution():
     assert not stolen, f"{len(stolen)} of 4 completions ran a sibling's code found in memory: {short(stolen[0][1])}"
 
 
+SABOTEUR = r'''
+import os
+def _sabotage():
+    """Leave the sandbox worse for whoever runs next: the names the next jobs' directories may take, and every
+    byte the space around this job's directory accepts."""
+    parent = os.path.dirname(os.getcwd())
+    for prefix in ("job-", "sandbox-", "run-", "tmp", "work-"):
+        for i in range(400):
+            try:
+                os.mkdir(os.path.join(parent, "%s%d" % (prefix, i)))
+            except OSError:
+                pass
+    chunk = b"x" * (1 << 20)
+    try:
+        with open(os.path.join(parent, "ballast"), "wb") as out:
+            for _ in range(1024):
+                out.write(chunk)
+    except OSError:
+        pass
+_sabotage()
+def add(a, b):
+    return a - b
+'''
+
+
+@guards("a completion cannot change how the completions scored after it fare (a lower score for its siblings is a "
+        "higher advantage for it)")
+def test_a_completion_cannot_spoil_the_scoring_of_later_ones():
+    columns, right, _ = TASKS["add"]
+    saboteurs = [(columns, fenced(f"{SABOTEUR}\n# saboteur {i}")) for i in range(2)]  # one per worker, first
+    siblings = [(columns, fenced(f"{right}\n# sibling {i}")) for i in range(8)]
+    scored = score_rows(saboteurs + siblings)
+    assert [value for value, _ in scored[:2]] == [0.0, 0.0], short(scored[0][1])
+    spoiled = [details for value, details in scored[2:] if value != 1.0]
+    assert not spoiled, f"{len(spoiled)} correct completions after a saboteur lost their score: {short(spoiled[0])}"
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # Canaries: what the sandbox must not show or let the code touch
 # -----------------------------------------------------------------------------------------------------------------
