@@ -1024,9 +1024,10 @@ def _sabotage():
                 pass
     chunk = b"x" * (1 << 20)
     try:
-        with open(os.path.join(parent, "ballast"), "wb") as out:
-            for _ in range(1024):
-                out.write(chunk)
+        for n in range(128):  # files of 8 MB: under a per-file size limit
+            with open(os.path.join(parent, "ballast-%d" % n), "wb") as out:
+                for _ in range(8):
+                    out.write(chunk)
     except OSError:
         pass
 _sabotage()
