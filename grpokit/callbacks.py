@@ -113,6 +113,9 @@ class GenerationLogger(TrainerCallback):
             # the file's path goes to the log file only: on the console the line stays within 80 columns
             log.info("Generation log step %d: mean reward %.3f over %d prompts", global_step, summary["reward_mean"],
                      len(entries))
+            if self.pass_k and f"pass@{self.pass_k}" in summary:  # also at step 0: the figure training must beat
+                log.info("Step %d: pass@1 %.3f, pass@%d %.3f (sampled)", global_step, summary["pass@1"], self.pass_k,
+                         summary[f"pass@{self.pass_k}"])
             log.info("Generation log step %d written to %s", global_step, path, extra={"file_only": True})
             return summary
         except Exception as err:  # noqa: BLE001 - logging must not kill a long run
@@ -202,9 +205,13 @@ class GenerationLogger(TrainerCallback):
             from rewards.code import passes_all
 
             correct = passes_all(completions, [row for row in self.rows for _ in range(k)])
-        else:
+        else:  # the answer judged as the run's default reward judges it: as a number, or as a short text answer
+            from rewards.components import QA
+            from rewards.fit import answers_are_numbers
+
             answers = [row["answer"] for row in self.rows for _ in range(k)]
-            correct = Accuracy()(completions=completions, answer=answers)
+            judge = Accuracy() if answers_are_numbers(self.rows) else QA()
+            correct = [float(v is not None and v >= 1.0) for v in judge(completions=completions, answer=answers)]
         per_prompt = [correct[i * k:(i + 1) * k] for i in range(len(self.rows))]
         return {"pass@1": sum(sum(c) / k for c in per_prompt) / len(per_prompt),
                 f"pass@{k}": sum(1.0 for c in per_prompt if max(c) > 0) / len(per_prompt)}
@@ -328,6 +335,10 @@ class WandbRunConfig(TrainerCallback):
             wandb.config.update({"grpo_cli": self.config_dict}, allow_val_change=True)
 
 
+# Metrics of grpokit/advantages.py and group_schedule.py that grpo_training.log's step lines carry.
+STEP_METRIC_PREFIXES = ("baseline/", "reward/", "dynamic_sampling/", "group_size", "frac_reward_zero_std")
+
+
 class LogLinesCallback(TrainerCallback):
     """Each logging step and evaluation as one line in the run's log (console and grpo_training.log)."""
 
@@ -338,6 +349,8 @@ class LogLinesCallback(TrainerCallback):
                 "eval_reward", "eval_loss")
         shown = {k: logs[k] for k in keys if k in logs}
         shown.update({k: v for k, v in logs.items() if k.startswith(("rewards/", "eval_rewards/")) and k.endswith("/mean")})
+        # what shaped this step's advantages: baseline, reward transforms, dynamic sampling, group size (GRPO options)
+        shown.update({k: v for k, v in logs.items() if k.startswith(STEP_METRIC_PREFIXES)})
         if shown:
             text = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
             log.debug("step %d: %s", state.global_step, text)  # the progress bar shows it; the log file keeps it

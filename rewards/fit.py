@@ -28,7 +28,7 @@ def default_reward_preset(config, data_format: str, rows=None) -> str:
 
     if config.custom_data or data_format in CUSTOM_FORMATS:
         if data_format == "qa":
-            return "math" if _answers_are_numbers(rows) else "qa"
+            return "math" if answers_are_numbers(rows) else "qa"
         return {"prompt": "keywords", "tests": "code"}.get(data_format, "balanced")
     return DATASETS[config.dataset].default_rewards if config.dataset in DATASETS else "balanced"
 
@@ -56,7 +56,7 @@ def rows_as_data(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str
     return fmt, mapped
 
 
-def _answers_are_numbers(rows) -> bool:
+def answers_are_numbers(rows) -> bool:
     """Whether every answer among the first rows is a number (GSM8K-style data: the math rewards fit). With no rows
     to read, the answers are taken for numbers (the math preset, as before)."""
     from rewards.components import _normalise_number
