@@ -38,6 +38,14 @@ MBPP = {r["task_id"]: r for r in map(json.loads, (FIXTURES / "mbpp-3.jsonl").rea
 TIMEOUT = 5.0
 guards = pytest.mark.guards  # what a test protects, in plain words
 
+_libc = ctypes.CDLL(None, use_errno=True)  # SysV shared memory on this machine (canaries, cleanup)
+_libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+_libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+_libc.shmat.restype = ctypes.c_void_p
+_libc.shmdt.argtypes = [ctypes.c_void_p]
+_libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+IPC_CREAT, IPC_EXCL, IPC_RMID = 0o1000, 0o2000, 0
+
 
 def fenced(code: str) -> str:
     return f"Here is my solution.\n\n```python\n{code.strip()}\n```\n"
@@ -1048,17 +1056,81 @@ def test_a_completion_cannot_spoil_the_scoring_of_later_ones():
     assert not spoiled, f"{len(spoiled)} correct completions after a saboteur lost their score: {short(spoiled[0])}"
 
 
+CHANNEL = r'''
+import ctypes, os
+PLACES = {os.path.dirname(os.getcwd()), "/tmp", "/dev/shm", "/var/tmp", os.path.expanduser("~")}
+KEY, NAME = __KEY__, __NAME__
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmat.restype = ctypes.c_void_p
+def publish(source):
+    """Leave `source` wherever a later program might look: files around this job's directory, a SysV segment."""
+    for place in PLACES:
+        try:
+            with open(os.path.join(place, NAME), "w") as out:
+                out.write(source)
+        except OSError:
+            pass
+    segment = libc.shmget(KEY, 4096, 0o1000 | 0o666)
+    address = libc.shmat(segment, None, 0) if segment >= 0 else None
+    if address and address != ctypes.c_void_p(-1).value:
+        ctypes.memmove(address, source.encode() + b"\0", len(source) + 1)
+def collect():
+    """What an earlier program left: its source, or None."""
+    for place in PLACES:
+        try:
+            return open(os.path.join(place, NAME)).read()
+        except OSError:
+            pass
+    segment = libc.shmget(KEY, 0, 0)
+    address = libc.shmat(segment, None, 0) if segment >= 0 else None
+    if address and address != ctypes.c_void_p(-1).value:
+        return ctypes.string_at(address).decode("utf-8", "replace") or None
+    return None
+'''
+PUBLISHER = CHANNEL + '''
+SOURCE = "def add(a, b):\\n    return a + b\\n"
+exec(SOURCE)
+publish(SOURCE)
+'''
+COLLECTOR = CHANNEL + '''
+_found = {}
+try:
+    exec(collect() or "", _found)
+except Exception:
+    pass
+def add(a, b):
+    if "add" in _found:
+        return _found["add"](a, b)
+    return a - b
+'''
+
+
+@guards("a completion cannot hand its code to completions scored after it (files or shared memory that outlive it)")
+def test_a_completion_cannot_hand_its_code_to_a_later_one():
+    columns = TASKS["add"][0]
+    key, name = secrets.randbelow(1 << 30) + 1, f"shared-{secrets.token_hex(6)}.py"
+    publisher, collector = (code.replace("__KEY__", str(key)).replace("__NAME__", repr(name))
+                            for code in (PUBLISHER, COLLECTOR))
+    publishers = [(columns, fenced(f"{publisher}\n# publisher {i}")) for i in range(2)]  # correct, first
+    collectors = [(columns, fenced(f"{collector}\n# collector {i}")) for i in range(4)]  # wrong unless helped
+    try:
+        scored = score_rows(publishers + collectors)
+    finally:  # what a weak sandbox let through to this machine
+        segment = _libc.shmget(key, 0, 0)
+        if segment >= 0:
+            _libc.shmctl(segment, IPC_RMID, None)
+        for place in ("/tmp", "/dev/shm", "/var/tmp", str(Path.home()), tempfile.gettempdir()):
+            (Path(place) / name).unlink(missing_ok=True)
+    assert [value for value, _ in scored[:2]] == [1.0, 1.0], short(scored[0][1])
+    helped = [details for value, details in scored[2:] if value != 0.0]
+    assert not helped, f"{len(helped)} of 4 wrong completions ran code an earlier one left behind: {short(helped[0])}"
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # Canaries: what the sandbox must not show or let the code touch
 # -----------------------------------------------------------------------------------------------------------------
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
-_libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-_libc.shmat.restype = ctypes.c_void_p
-_libc.shmdt.argtypes = [ctypes.c_void_p]
-_libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-IPC_CREAT, IPC_EXCL, IPC_RMID = 0o1000, 0o2000, 0
 
 
 class Canaries:
