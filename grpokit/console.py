@@ -490,7 +490,10 @@ def print_summary(summary: dict[str, Any], console=None) -> None:
                         f"of {compared} prompts")
         console.print(verdict if greedy["held_out"] else f"{verdict} (no held-out split: these were trained on)")
         for key in sorted(k for k in greedy if k.startswith("pass@")):
-            console.print(f"{key} (sampled): {greedy[key]:.3f}")
+            before = greedy.get(f"baseline_{key}")
+            console.print(f"{key} (sampled): {greedy[key]:.3f}" if before is None else
+                          f"{key} (sampled): {before:.3f} at step {greedy['baseline_step']} -> {greedy[key]:.3f} at "
+                          f"step {greedy['final_step']}")
     if summary.get("eval", {}).get("eval_reward") is not None:
         console.print(f"eval reward (sampled, held-out split): {summary['eval']['eval_reward']:.3f}")
     for notice in summary.get("notices") or []:

@@ -217,10 +217,19 @@ def _summary_section(summary: dict[str, Any], eval_metrics: dict[str, Any]) -> s
     return f'<div class="cards">{"".join(cards)}</div>{table}' if cards or rows else ""
 
 
+def _setting(config: dict[str, Any], key: str) -> str:
+    """A setting as the run used it: an adaptive group size is its range and schedule, not num_generations (which
+    only evaluation keeps)."""
+    if key == "num_generations" and config.get("adaptive_group_size"):
+        return (f"{config.get('min_group_size')} -> {config.get('max_group_size')} "
+                f"({config.get('group_size_schedule', 'linear')}; evaluation {_fmt(config[key])})")
+    return _fmt(config[key])
+
+
 def _config_section(config: dict[str, Any]) -> str:
     if not config:
         return '<p class="note">No run_config.json in this directory: the settings are not known.</p>'
-    rows = [f"<tr><td>{_e(label)}</td><td>{_e(_fmt(config[key]))}</td></tr>"
+    rows = [f"<tr><td>{_e(label)}</td><td>{_e(_setting(config, key))}</td></tr>"
             for key, label in KEY_SETTINGS if key in config and config[key] not in (None, "", [])]
     full = json.dumps(config, indent=2, ensure_ascii=False, default=str)
     return (f'<table class="kv">{"".join(rows)}</table>'

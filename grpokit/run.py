@@ -485,6 +485,7 @@ class GRPOTrainer:
         return trainer
 
     def _run(self, trainer) -> dict[str, Any]:
+        from grpokit.checkpoints import latest_complete_checkpoint
         from grpokit.run_end import GracefulStop, Stopped, fault_guard
 
         stop = GracefulStop()
@@ -495,7 +496,16 @@ class GRPOTrainer:
             # run_end.py: anything that raises from here to the last file written (training, the final evaluation,
             # the final save on a full disk) saves the last completed step and becomes one RunFailed line.
             with fault_guard(trainer, verbose=self.verbose):
-                train_result = trainer.train(resume_from_checkpoint=resume)
+                try:
+                    train_result = trainer.train(resume_from_checkpoint=resume)
+                except Stopped as stopped:  # a second signal: at once, without saving this step
+                    if not stop.aborted:
+                        raise
+                    saved = latest_complete_checkpoint(out, set_aside_incomplete=False)
+                    where = (f"the latest checkpoint is {saved}; resume with the same command plus "
+                             "--resume-from-checkpoint latest" if saved is not None else "no checkpoint was saved yet")
+                    raise Interrupted(f"{stopped.signal_name} again at step {trainer.state.global_step + 1}: stopped at "
+                                      f"once, that step not saved; {where}.", stopped.exit_code) from None
                 train_seconds = self.clock.seconds()
                 if stop.signal_name is None:
                     try:
@@ -503,6 +513,7 @@ class GRPOTrainer:
                     except Stopped as stopped:  # during the final evaluation: the trained weights are kept
                         stop.phase = "saving"
                         self.save_model()
+                        trainer.save_state()  # trainer_state.json: --eval-only labels the adapter with its step
                         raise Interrupted(
                             f"{stopped.signal_name} during the final evaluation: training finished at step "
                             f"{trainer.state.global_step} and the adapter is saved in {out}; evaluate it with "
@@ -679,6 +690,7 @@ class GRPOTrainer:
                 "final_step": logger.history[-1]["global_step"],
                 "final": logger.history[-1]["reward_mean"],
                 **{key: logger.history[-1][key] for key in logger.history[-1] if key.startswith("pass@")},
+                **_baseline_pass_at_k(logger.history, baseline),
                 **logger.prompt_changes(),  # per prompt: improved / worse / same
             }
             summary["generation_logging_seconds"] = round(logger.seconds, 2)
@@ -900,6 +912,15 @@ def reward_set_for(config: GRPORunConfig, data_format: str, extra_funcs: list, r
 
         add_reward_functions(reward_set, extra_funcs)
     return reward_set
+
+
+def _baseline_pass_at_k(history: list[dict[str, Any]], baseline: dict[str, Any] | None) -> dict[str, float]:
+    """pass@k before training, as `baseline_pass@k`, beside the final one: the first evaluation's, when this process
+    made the baseline (a resumed run's first evaluation is not the step-0 one)."""
+    first = history[0]
+    if baseline is None or len(history) < 2 or first["global_step"] != baseline["global_step"]:
+        return {}
+    return {f"baseline_{key}": value for key, value in first.items() if key.startswith("pass@")}
 
 
 def _check_reward_metrics(config: GRPORunConfig, reward_set, columns: set[str], source: str) -> None:

@@ -130,6 +130,7 @@ class GracefulStop(TrainerCallbackBase):
 
     def __init__(self):
         self.signal_name: str | None = None
+        self.aborted = False  # a second signal during training: stopped at once, nothing saved for this step
         self.phase = "training"
         self._previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -139,8 +140,10 @@ class GracefulStop(TrainerCallbackBase):
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.signal_name is not None and self.phase == "training":
+            # the second signal: stop at once, without this step's checkpoint (the run says which one holds the work)
             signal.signal(signum, self._previous[signum])
-            raise KeyboardInterrupt
+            self.aborted = True
+            raise Stopped(name)
         self.signal_name = self.signal_name or name
         if self.phase == "evaluating":
             raise Stopped(name)
@@ -217,6 +220,8 @@ def fault_guard(trainer, verbose: bool = False):
         check_disk_space(trainer)
     try:
         yield watch
+    except (Interrupted, AlreadyFinished):  # how a signal or a finished run ends: already said, nothing failed
+        raise
     except Exception as err:  # noqa: BLE001 - every fault ends the same way: work saved, one line, an exit code
         raise handle_fault(trainer, watch, err, verbose) from None
 
