@@ -234,7 +234,8 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         schedule = schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1")))
         if schedule is not None:  # adaptive_group_size: {logged step: completions per prompt from that step on}
             document["group_size_schedule"] = schedule.changes()
-        print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+        if is_main_process():  # under a launcher every rank plans the same run: one document on stdout
+            print(json.dumps(document, indent=2, ensure_ascii=False, default=str))
         return
 
     if eval_only:

@@ -82,12 +82,15 @@ class GenerationLogger(TrainerCallback):
             metrics["eval_generation_eval_failed"] = 1.0
         if metrics is not None:
             # The greedy view joins TRL's eval metrics (eval_greedy_reward, eval_pass@k) before transformers picks the
-            # best checkpoint from them, so best_metric can name it. Other ranks (no generation log) get NaN: never
-            # "better", and the key exists everywhere.
+            # best checkpoint from them, so best_metric can name it. Only the main process generates, and every rank
+            # gets its values: transformers decides per rank whether this is a new best, and a new best makes
+            # _save_checkpoint wait at a barrier (and the end reload the best model, a collective under ZeRO-3 /
+            # FSDP), so a rank that disagreed would leave the others waiting for good. NaN: the log failed.
             found = summary or {}
-            metrics["eval_greedy_reward"] = found.get("reward_mean", float("nan"))
-            for key in ("pass@1", f"pass@{self.pass_k}") if self.pass_k else ():
-                metrics[f"eval_{key}"] = found.get(key, float("nan"))
+            keys = ["reward_mean", *(("pass@1", f"pass@{self.pass_k}") if self.pass_k else ())]
+            values = same_on_every_rank([float(found.get(k, float("nan"))) for k in keys], args.device)
+            for key, value in zip(["greedy_reward", *keys[1:]], values, strict=True):
+                metrics[f"eval_{key}"] = value
 
     # -- the work -------------------------------------------------------------------------------------------------
     def log_generations(self, model, global_step: int) -> dict[str, Any] | None:
@@ -386,6 +389,18 @@ class TrainClock(TrainerCallback):
 
     def seconds(self) -> float:
         return self.before + (time.perf_counter() - self.started if self.started is not None else 0.0)
+
+
+def same_on_every_rank(values: list[float], device) -> list[float]:
+    """The main process's `values` on every rank (a broadcast from rank 0; as they are without a process group)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.broadcast(tensor, src=0)
+    return tensor.tolist()
 
 
 class BestCheckpoint(TrainerCallback):

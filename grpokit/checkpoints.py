@@ -228,7 +228,13 @@ def checkpoints_by_step(output_dir: Path) -> list[Path]:
 
 def latest_complete_checkpoint(output_dir: Path, set_aside_incomplete: bool = True) -> Path | None:
     """The newest complete checkpoint in output_dir. Incomplete ones are named in a warning and (when
-    set_aside_incomplete) renamed out of the way, under the output-dir lock so that a running save is never touched."""
+    set_aside_incomplete) renamed out of the way, under the output-dir lock so that a running save is never touched.
+
+    Under a launcher every process asks (no process group exists yet); only rank 0, which holds the lock, renames and
+    warns. The others skip incomplete ones without touching them: one that rank 0 renames meanwhile reads as missing
+    its files, so every rank names the same newest complete checkpoint whatever the timing."""
+    main = int(os.environ.get("RANK", "0")) == 0
+    set_aside_incomplete = set_aside_incomplete and main
     if set_aside_incomplete and Path(output_dir).is_dir():
         hold_output_lock(output_dir)
     latest = None
@@ -240,7 +246,7 @@ def latest_complete_checkpoint(output_dir: Path, set_aside_incomplete: bool = Tr
         if set_aside_incomplete:
             moved = set_aside(path)
             log.warning("%s is incomplete (%s): set aside as %s, not loaded.", path, problem, moved.name)
-        else:
+        elif main:
             log.warning("%s is incomplete (%s): skipped.", path, problem)
     return latest
 

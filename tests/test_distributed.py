@@ -1,5 +1,9 @@
-"""The same CLI under torchrun: 2 processes on CPU (gloo), the embedded model, 2 steps."""
+"""The same CLI under torchrun: 2 processes on CPU (gloo), the embedded model, 2 steps.
 
+Every path here makes collectives or must agree across ranks (best-checkpoint selection from the generation log,
+the final evaluation, resolving `latest`); a hang is killed at the timeout and fails the test."""
+
+import contextlib
 import json
 import os
 import shutil
@@ -7,22 +11,42 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
 
-def test_two_process_torchrun_run(tmp_path):
-    out = tmp_path / "run"
+def _torchrun(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """train_grpo.py under `torchrun --nproc_per_node 2`; past `timeout` torchrun and its ranks are killed and the
+    test fails as a hang."""
     torchrun = Path(sys.executable).parent / "torchrun"
     assert torchrun.exists() or shutil.which("torchrun")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc_per_node", "2", "train_grpo.py", "--quick-test", "--max-steps", "2",
-         "--set", "per_device_train_batch_size=4", "--set", "per_device_eval_batch_size=4",
-         "--max-generation-samples", "2", "--output-dir", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    command = [str(torchrun), "--standalone", "--nproc_per_node", "2", "train_grpo.py", *args]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # torchrun starts each rank in its own session, and a rank stuck at a collective ignores SIGTERM: SIGKILL
+        # torchrun and every process under it, by id
+        for child in [*psutil.Process(process.pid).children(recursive=True), process]:
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                child.kill()
+        stdout, stderr = process.communicate()
+        pytest.fail(f"hung: no exit within {timeout} s; last output:\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def test_two_process_torchrun_run(tmp_path):
+    """Evaluated and saved every step with the best checkpoint chosen by the greedy generation log, which only rank 0
+    writes: every rank must take the same decision (a new best makes transformers wait at a barrier in the save)."""
+    out = tmp_path / "run"
+    result = _torchrun("--quick-test", "--max-steps", "2", "--set", "per_device_train_batch_size=4",
+                       "--set", "per_device_eval_batch_size=4", "--max-generation-samples", "2",
+                       "--set", "best_metric=greedy_reward", "--set", "eval_steps=1", "--set", "save_steps=1",
+                       "--output-dir", str(out))
     assert result.returncode == 0, result.stderr[-4000:]
     # both ranks reached the same global step
     assert "rank 0 of 2 finished at global step 2" in result.stderr
@@ -32,7 +56,23 @@ def test_two_process_torchrun_run(tmp_path):
     summary = json.loads((out / "metrics_summary.json").read_text())
     assert summary["global_step"] == 2
     assert sorted(p.name for p in (out / "generation_logs").iterdir()) == [
-        "generation_log_step_0.json", "generation_log_step_2.json"]
+        "generation_log_step_0.json", "generation_log_step_1.json", "generation_log_step_2.json"]
+    best = json.loads((out / "best_checkpoint.json").read_text())
+    assert best["metric"] == "greedy_reward" and best["checkpoint"] in (str(out / "checkpoint-1"),
+                                                                        str(out / "checkpoint-2"))
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["best_metric"] == best["value"]  # rank 0's generation log value, the one every rank decided on
     log_text = (out / "grpo_training.log").read_text()
     assert log_text.count("Config (preset quick_test)") == 1  # only rank 0 writes the log file
     assert result.stderr.count("GRPO run finished") == 1  # one summary
+
+    # `latest` with an incomplete newest checkpoint: set aside once (by rank 0), every rank names the same one;
+    # --dry-run prints one plan, not one per rank
+    (out / "checkpoint-2" / ".writing").write_text("1\n")
+    result = _torchrun("--quick-test", "--max-steps", "3", "--output-dir", str(out), "--resume-from-checkpoint",
+                       "latest", "--dry-run", timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert len(list(out.glob("incomplete-checkpoint-2-*"))) == 1 and not (out / "checkpoint-2").exists()
+    assert result.stderr.count(f"--resume-from-checkpoint latest: {out / 'checkpoint-1'}") == 2
+    assert "Traceback" not in result.stderr
+    assert result.stdout.count('"load_plan"') == 1

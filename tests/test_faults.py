@@ -105,6 +105,22 @@ def test_latest_skips_and_sets_aside_incomplete_checkpoints(tmp_path, caplog):
     assert latest_complete_checkpoint(tmp_path / "nothing-here") is None
 
 
+def test_under_a_launcher_only_rank_0_sets_incomplete_checkpoints_aside(tmp_path, monkeypatch, caplog):
+    """Every process resolves `latest` before a process group exists: the others must name the same checkpoint
+    without renaming (two renames of one directory race), also when rank 0 renames it under them."""
+    _checkpoint(tmp_path / "checkpoint-2")
+    half = _checkpoint(tmp_path / "checkpoint-4", complete=False)
+    monkeypatch.setenv("RANK", "1")
+    with caplog.at_level(logging.WARNING, logger="grpo"):
+        assert latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
+    assert half.exists() and not caplog.records  # untouched, and rank 0 alone says so
+    half.rename(tmp_path / "incomplete-elsewhere")  # rank 0's rename, seen mid-way: its files are gone from the path
+    half.mkdir()
+    assert latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-2"
+    monkeypatch.setenv("RANK", "0")
+    assert latest_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-2" and not half.exists()
+
+
 def test_rotation_counts_and_deletes_only_complete_checkpoints(tmp_path):
     for step in (1, 2, 3, 4):
         _checkpoint(tmp_path / f"checkpoint-{step}")
