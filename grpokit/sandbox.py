@@ -548,7 +548,10 @@ except OSError:
     out["read_only"] = True
 out["host_paths"] = [p for p in {host_paths!r} if os.path.exists(p)]
 home = {home!r}
-out["home"] = sorted(set(os.listdir(home)) - set({home_ok!r})) if os.path.isdir(home) else []
+try:
+    out["home"] = sorted(set(os.listdir(home)) - set({home_ok!r}))
+except OSError:  # not there, or closed to this uid
+    out["home"] = []
 out["uid"] = os.getuid()
 out["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
 out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())

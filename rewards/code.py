@@ -367,9 +367,11 @@ class CodeExecution(RewardComponent):
     the tests use. The hack monitor (rewards/code_monitor.py) flags code that reaches for what a solution never
     needs (`code/hack_suspected`); `zero_suspected` scores flagged completions 0. `require_sandbox` refuses to
     run code where this machine cannot isolate it. Completions run in parallel, `workers` at a time (0 = one per
-    core). `sandbox_url`: send them to a SandboxFusion service instead (the whole program runs there, verdict
-    included: the split verdict needs the local sandbox). Per completion, `last_details` keeps passed / total /
-    status / suspected / stderr tail of the latest call.
+    core of this process's CPU affinity, divided among the ranks of this node). `sandbox_url`: send them to a
+    SandboxFusion service instead (the whole program runs there, verdict included: the split verdict needs the
+    local sandbox). Per completion, `last_details` keeps passed / total / status / suspected / stderr tail of the
+    latest call; `last_metrics` the call's code/hack_suspected (share of completions flagged) and
+    code/unsplit_tests.
 
     Example: tests ["assert add(1, 2) == 3", "assert add(0, 0) == 0"], completion
     "```python\\ndef add(a, b):\\n    return a + b\\n```" -> 1.0; "def add(a, b): return 3" -> 0.5
@@ -433,7 +435,7 @@ class CodeExecution(RewardComponent):
             return []
         if not self.sandbox_url:
             self._check_sandbox(f"the {self.name} reward")
-        workers = self.workers or min(os.cpu_count() or 1, len(jobs))
+        workers = self.workers or min(_cores_for_this_process(), len(jobs))
         with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="code-exec") as pool:
             results = list(pool.map(lambda job: self._one(*job), jobs))
         self.last_details = [details for _, details in results]
@@ -532,6 +534,21 @@ class CodeExecution(RewardComponent):
         if not status and len(results) < sum(1 for kind, _ in steps if kind == "test"):
             status = "exited before its tests" if run.returncode == 0 else f"crashed (exit code {run.returncode})"
         return results, status, run.stderr
+
+
+def _cores_for_this_process() -> int:
+    """The cores this process may use (its CPU affinity), shared among the processes of this node: under
+    torchrun / accelerate every rank scores its own completions, and 8 ranks x all cores of sandboxes would time
+    out correct code."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local_ranks = 1
+    return max(1, cores // local_ranks)
 
 
 CODE_COLUMNS = ("tests", "test_list", "test", "entry_point", "test_setup_code", "test_imports", "code_prompt")

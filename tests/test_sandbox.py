@@ -230,3 +230,61 @@ def test_sandbox_fusion_unreachable_drops_the_sample():
     port_socket.close()  # nothing listens there now
     values, _, details = score([fenced("def f():\n    return 1")], sandbox_url=f"http://127.0.0.1:{port}")
     assert values == [None] and details[0]["status"] == "sandbox error"
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Where the OS refuses namespaces, and the hack monitor
+# -----------------------------------------------------------------------------------------------------------------
+
+_NO_NAMESPACES = r"""
+import json, sys
+sys.path.insert(0, {root!r})
+from grpokit.sandbox_worker import install_seccomp
+assert install_seccomp() == ""  # as a container's seccomp profile does: unshare and nested namespaces refused
+from grpokit import sandbox
+from config.errors import UsageError
+from rewards.code import CodeExecution
+out = {{"describe": sandbox.describe(), "missing": sandbox.missing()}}
+right = "```python\ndef f():\n    return 1\n```"
+out["scored"] = CodeExecution(timeout=5)(completions=[right], tests=[["assert f() == 1"]])
+try:
+    CodeExecution(timeout=5, require_sandbox=True).check("reward config")
+    out["refused"] = ""
+except UsageError as err:
+    out["refused"] = str(err)
+print(json.dumps(out))
+"""
+
+
+def test_without_namespaces_it_says_what_holds_and_require_sandbox_refuses():
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run([sys.executable, "-c", _NO_NAMESPACES.format(root=root)], capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "NO namespaces" in out["describe"] and "\n" not in out["describe"]
+    assert "no network" in out["missing"] and "no host files" in out["missing"]
+    assert out["scored"] == [1.0]  # what holds still runs the code
+    assert "require_sandbox" in out["refused"] and "\n" not in out["refused"]
+    if os.geteuid() == 0:
+        assert "not root" not in out["missing"]  # dropped to an unprivileged uid even without namespaces
+
+
+def test_the_monitor_flags_and_zero_suspected_scores_zero():
+    from rewards.code_monitor import scan
+
+    assert scan("import gc\ndef f():\n    gc.collect()\n    return 1") == ["gc"]
+    assert scan("import builtins\nbuiltins.int = str") == ["builtins", "rebinding"]
+    assert "custom __eq__" in scan("class A:\n    def __eq__(self, o):\n        return True\ndef f():\n    return A()")
+    assert "frames" in scan("import sys\nx = sys._getframe(1).f_locals")
+    assert "exit hook" in scan("import atexit\natexit.register(print)")
+    assert "reads files outside its dir" in scan("data = open('/root/.netrc').read()")
+    assert scan("def f(xs):\n    xs.remove(1)\n    return sorted(xs)") == []
+    honest_but_odd = fenced("import gc\ndef f():\n    gc.collect()\n    return 1")
+    values, _, details = score([honest_but_odd])
+    assert values == [1.0] and details[0]["suspected"] == ["gc"]
+    values, _, details = score([honest_but_odd], zero_suspected=True)
+    assert values == [0.0] and "hack suspected" in details[0]["status"]
