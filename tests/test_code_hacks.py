@@ -75,6 +75,27 @@ def score_rows(rows: list[tuple[dict, object]], timeout: float = TIMEOUT) -> lis
     return [results[key] for key in keys]
 
 
+def _close_idle_sandboxes() -> None:
+    """Idle sandboxes kept for reuse are closed: the tests that attack reuse start on fresh ones, and what they leave
+    behind does not spill into other tests."""
+    from grpokit import sandbox
+
+    getattr(sandbox, "shutdown", lambda: None)()
+
+
+@pytest.fixture
+def fresh_sandboxes():
+    _close_idle_sandboxes()
+    yield
+    _close_idle_sandboxes()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_sandboxes_after_this_module():
+    yield
+    _close_idle_sandboxes()
+
+
 def strings_in(value) -> list[str]:
     """Every string inside a details structure."""
     if isinstance(value, str):
@@ -1024,7 +1045,7 @@ def apply(f, x):  # own
 
 
 @guards("a completion cannot copy the code of another completion scored before it (left in a reused process's memory)")
-def test_a_completion_cannot_copy_a_siblings_solution():
+def test_a_completion_cannot_copy_a_siblings_solution(fresh_sandboxes):
     columns, right, _ = TASKS["apply_callback"]
     siblings = [(columns, fenced(f"{right}\n# sibling {i}")) for i in range(6)]
     thieves = [(columns, fenced(f"{THIEF}\n# thief {i}")) for i in range(4)]  # after the siblings, on every worker
@@ -1062,7 +1083,7 @@ def add(a, b):
 
 @guards("a completion cannot change how the completions scored after it fare (a lower score for its siblings is a "
         "higher advantage for it)")
-def test_a_completion_cannot_spoil_the_scoring_of_later_ones():
+def test_a_completion_cannot_spoil_the_scoring_of_later_ones(fresh_sandboxes):
     columns, right, _ = TASKS["add"]
     saboteurs = [(columns, fenced(f"{SABOTEUR}\n# saboteur {i}")) for i in range(2)]  # one per worker, first
     siblings = [(columns, fenced(f"{right}\n# sibling {i}")) for i in range(8)]
@@ -1124,7 +1145,7 @@ def add(a, b):
 
 
 @guards("a completion cannot hand its code to completions scored after it (files or shared memory that outlive it)")
-def test_a_completion_cannot_hand_its_code_to_a_later_one():
+def test_a_completion_cannot_hand_its_code_to_a_later_one(fresh_sandboxes):
     columns = TASKS["add"][0]
     key, name = secrets.randbelow(1 << 30) + 1, f"shared-{secrets.token_hex(6)}.py"
     publisher, collector = (code.replace("__KEY__", str(key)).replace("__NAME__", repr(name))
