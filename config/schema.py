@@ -105,8 +105,8 @@ class GRPORunConfig:
     )
     generation_threads: int = _f(
         0,
-        "CPU threads of the llama_cpp engine; 0 = torch's thread count (generation and training never overlap). "
-        "Use fewer on cores other busy processes share: llama.cpp's threads wait on each other at every op.",
+        "CPU threads of the llama_cpp engine; 0 = automatic: one per core not busy with other processes (affinity, "
+        "cgroup quota and load, re-checked every step; torch's training threads too, unless OMP_NUM_THREADS is set).",
         PANEL_MODEL,
     )
 

@@ -182,14 +182,14 @@ class ThreadPlan:
         others = self.meter.others()
         default = default_threads()
         adaptive = threads_for(usable, others, default)
-        busy = "others' load not readable" if others is None else f"other processes busy on {others:.1f}"
+        busy = "the load elsewhere not readable" if others is None else f"{others:.1f} busy elsewhere"
         why = f"{seen}, {busy}"
         torch_threads = default if self.torch_fixed else adaptive
         if self.torch_fixed:
-            why += f"; {self.torch_fixed} fixes torch's"
+            why += f"; training fixed by {self.torch_fixed}"
         engine_threads = self.engine_fixed or torch_threads
         if self.engine_fixed:
-            why += f"; --generation-threads {self.engine_fixed} fixes sampling's"
+            why += f"; sampling fixed by generation_threads={self.engine_fixed}"
         return Choice(torch_threads, engine_threads, why)
 
     def update(self) -> Choice:
@@ -202,15 +202,16 @@ class ThreadPlan:
         if self.engine is not None and hasattr(self.engine, "set_threads"):
             self.engine.set_threads(choice.engine)
         previous, self.choice = self.choice, choice
-        if previous is not None and (previous.torch, previous.engine) != (choice.torch, choice.engine):
+        if previous is None or (previous.torch, previous.engine) != (choice.torch, choice.engine):
+            # the log keeps each change (the run header shows the first)
             log.info("CPU threads: %s (%s)", self._counts(choice), choice.why, extra={"file_only": True})
         return choice
 
     @staticmethod
     def _counts(choice: Choice) -> str:
         if choice.torch == choice.engine:
-            return f"{choice.torch} for sampling and training"
-        return f"{choice.engine} for sampling, {choice.torch} for training"
+            return str(choice.torch)  # for sampling and training
+        return f"{choice.engine} sampling, {choice.torch} training"
 
     def callback(self):
         """A TrainerCallback that re-checks the machine before every optimizer step (its generation, then its loss

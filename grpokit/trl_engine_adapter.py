@@ -220,10 +220,9 @@ def _use_vllm(config, backend: str) -> None:
 
 
 def engine_threads(requested: int, torch_threads: int) -> int:
-    """llama.cpp's thread count: the config's `generation_threads`, or torch's (the physical cores: generation and
-    training never overlap) when it is 0. On cores shared with other busy processes fewer are faster: llama.cpp's
-    workers wait on each other at every op, so a descheduled one stalls the rest (2-core box at load 6: 2 threads
-    4-11 tok/s, 1 thread 27-29 tok/s; on quiet cores 2 threads are the fast choice)."""
+    """llama.cpp's thread count at start: the config's `generation_threads`, or torch's when it is 0 (generation and
+    training never overlap; cpu_threads.ThreadPlan has set torch's to the cores not busy elsewhere and re-sets both
+    before every step)."""
     return requested if requested > 0 else torch_threads
 
 

@@ -131,12 +131,12 @@ def test_plan_under_busy_processes(omp):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if omp is None:
         assert result["auto"][:2] == [1, 1] and result["torch_now"] == 1
-        assert "other processes busy on" in result["auto"][2]
+        assert "busy elsewhere" in result["auto"][2]
         assert result["generation_threads"][:2] == [1, 2]
-        assert "--generation-threads 2 fixes sampling's" in result["generation_threads"][2]
+        assert "sampling fixed by generation_threads=2" in result["generation_threads"][2]
     else:
         assert result["auto"][:2] == [2, 2] and result["torch_now"] == 2
-        assert "OMP_NUM_THREADS=2 fixes torch's" in result["auto"][2]
+        assert "training fixed by OMP_NUM_THREADS=2" in result["auto"][2]
 
 
 def test_engine_threads_change_and_end_with_each_call():
