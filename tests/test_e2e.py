@@ -81,6 +81,9 @@ def test_pass_at_k_reported_for_verifiable_data(multi_run):
     out, _, _ = multi_run
     summary = json.loads((out / "metrics_summary.json").read_text())
     assert 0.0 <= summary["generation_eval"]["pass@1"] <= summary["generation_eval"]["pass@2"] <= 1.0
+    # also before training: the figure training must beat, in the summary and in the log at step 0
+    assert 0.0 <= summary["generation_eval"]["baseline_pass@1"] <= summary["generation_eval"]["baseline_pass@2"] <= 1.0
+    assert "Step 0: pass@1 " in (out / "grpo_training.log").read_text()
 
 
 def test_best_checkpoint_is_tracked_by_the_named_metric(multi_run):

@@ -194,3 +194,8 @@ def test_cli_run_on_the_embedded_model_with_both_options(tmp_path):
     assert all(h["sft_loss"] > 0 for h in steps)
     header = " ".join((result.stdout + result.stderr).split())  # the console wraps long lines
     assert "4 -> 2 prompts x 2 -> 4 completions (linear) per step" in header  # 8 completions per step
+    # grpo_training.log's step lines carry the group size; the report's settings show the schedule, not one size
+    step_lines = [line for line in (out / "grpo_training.log").read_text().splitlines()
+                  if (" step 1: " in line or " step 2: " in line) and " loss=" in line]
+    assert [("group_size=2" in line, "group_size=4" in line) for line in step_lines] == [(True, False), (False, True)]
+    assert "2 -&gt; 4 (linear; evaluation 4)" in (out / "report.html").read_text()
