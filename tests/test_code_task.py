@@ -21,12 +21,15 @@ def test_code_generation_preset_runs_end_to_end(tmp_path):
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     steps = [h for h in history if "step_time" in h]
     assert len(steps) == 1 and all(0.0 <= h["reward"] <= 1.0 and "baseline/mean" in h for h in steps)
+    # the hack monitor's and the split verdict's figures are step metrics
+    assert all(0.0 <= h["code/hack_suspected"] <= 1.0 and h["code/unsplit_tests"] == 0 for h in steps)
     # each logged completion carries its test outcome, and pass@k is reported on code
     entries = json.loads((out / "generation_logs" / "generation_log_step_1.json").read_text())
     for entry in entries:
         details = entry["details"]["code_execution"]
         assert details["total"] >= 1 and 0 <= details["passed"] <= details["total"]
         assert entry["rewards"]["code_execution"] == pytest.approx(details["passed"] / details["total"])
+        assert isinstance(details["suspected"], list) and bool(details["suspected"]) == ("hack_suspected" in entry)
     summary = json.loads((out / "metrics_summary.json").read_text())
     assert 0.0 <= summary["generation_eval"]["pass@1"] <= summary["generation_eval"]["pass@2"] <= 1.0
     assert "code sandbox" in result.stderr  # what the sandbox enforces, said once at the start
