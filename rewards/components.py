@@ -53,7 +53,8 @@ def answers_match(predicted: str | None, reference: str, tolerance: float = 1e-6
 
 @dataclass
 class Accuracy(RewardComponent):
-    """Correctness. With an `answer` column (GSM8K, arithmetic, your QA data): 1.0 when the final answer
+    """Correctness. With an `answer` column (GSM8K, arithmetic, QA data with numeric answers; text answers: `qa`):
+    1.0 when the final answer
     (<answer> tag, \\boxed{}, or last number; commas and $ ignored) equals it, else 0.0 — or `partial_credit`
     when the right number appears somewhere but is not the final answer. Without `answer`: the fraction of
     `correct_keywords` found (case-insensitive, any language). Neither: None (not scored). `mode` "exact" asks
