@@ -9,6 +9,8 @@ its `last_details` are used, so these tests hold for any implementation of the r
 2. Canaries. Honest probes try to reach what a sandbox must hide (a secret file, a unix socket, a host shared-memory
    segment, the project, other sandboxes, the network, the host's disk and memory) and report what they reached as
    the value the test checks, so 1.0 means "ran and reached nothing". Host-side checks confirm it from outside.
+3. Neighbours. In GRPO a completion gains from its siblings' scores too: it must not copy a sibling's code, receive
+   code an earlier completion left behind, or lower the score of the completions scored after it.
 
 Completions run in parallel inside the reward, so every group below is one reward call (a few per module).
 """
