@@ -1575,8 +1575,11 @@ def held_mb(processes=__PROCESSES__, mb=__MB__):
 CONTROL_CHARS = r'''
 import sys
 sys.stderr.write("visible-marker \x1b[31mred\x1b[0m \x1b]0;title\x07 \r\x00\x08\x7f \x9b2J\x1bc end\n")
+class _Loud(type):
+    pass
+Noise = _Loud("Noise\x1b[2J\x07\r", (Exception,), {})  # a class name is any string: escapes included
 def noisy():
-    raise ValueError("visible-marker-2 \x1b[2J\x1b]8;;http://example.invalid\x07link\x1b]8;;\x07 \x00\x01")
+    raise Noise("visible-marker-2 \x1b[2J\x1b]8;;http://example.invalid\x07link\x1b]8;;\x07 \x00\x01")
 '''
 
 
