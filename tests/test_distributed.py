@@ -29,7 +29,7 @@ def _torchrun(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        # torchrun starts each rank in its own session, and a rank stuck at a collective ignores SIGTERM: SIGKILL
+        # torchrun starts each rank with setsid, and a rank stuck at a collective ignores SIGTERM: SIGKILL
         # torchrun and every process under it, by id
         for child in [*psutil.Process(process.pid).children(recursive=True), process]:
             with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
