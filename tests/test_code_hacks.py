@@ -1485,16 +1485,26 @@ def network_probe():
 '''
 
 ESCAPE = r'''
-import os
+import os, sys, tempfile
 NAME, TARGETS = __NAME__, __TARGETS__
 def escape_probe():
-    for target in TARGETS:
+    """The directories outside its own working / temp dir where this code could create a file: on the host (the
+    host checks too) or inside the sandbox, where a later job would find it."""
+    own = {os.path.realpath(os.getcwd()), os.path.realpath(tempfile.gettempdir())}
+    reached = []
+    for target in TARGETS + [os.path.dirname(os.getcwd()), "/", "/tmp", "/var/tmp", "/dev/shm", "/run", "/home"]:
+        real = os.path.realpath(target)
+        if any(real == mine or real.startswith(mine + os.sep) for mine in own) or target in reached:
+            continue
         try:
             with open(os.path.join(target, NAME), "w") as out:
                 out.write("escaped")
         except OSError:
-            pass
-    return "ran"
+            continue
+        reached.append(target)
+    if reached:
+        sys.stderr.write("reached: %r\n" % (reached,))
+    return reached
 '''
 
 WORKDIR = r'''
@@ -1594,7 +1604,7 @@ def canary_rows(c: Canaries) -> dict[str, tuple[dict, str]]:
         "shm": _probe("shm_probe", SHM, "[]", key=c.shm_key, posix=str(c.posix_shm)),
         "project": _probe("project_probe", PROJECT, "[]", root=str(ROOT), other=str(c.other_sandbox)),
         "network": _probe("network_probe", NETWORK, "[]", hosts=c.hosts, port=c.port),
-        "escape": _probe("escape_probe", ESCAPE, "'ran'", name=c.escape_name, targets=c.escape_targets()),
+        "escape": _probe("escape_probe", ESCAPE, "[]", name=c.escape_name, targets=c.escape_targets()),
         "workdir": _probe("workdir_probe", WORKDIR, "'xy'"),
         "userns": _probe("userns_probe", USERNS, "[]"),
         "memory": _probe("held_mb", MEMORY, "1800", processes=3, mb=600),
@@ -1690,7 +1700,8 @@ def test_no_network(canaries):
     assert "tcp listener" not in c.accepted()
 
 
-@guards("the code can write nowhere outside its own temp dir")
+@guards("the code can write nowhere outside its own working / temp dir: not on the host, nor in the sandbox where a "
+        "later job would find it")
 def test_no_writable_dirs_outside_its_temp(canaries):
     c, scored, _ = canaries
     _ran_clean(scored, "escape")
