@@ -88,7 +88,7 @@ class GenerationLogger(TrainerCallback):
             # FSDP), so a rank that disagreed would leave the others waiting for good. NaN: the log failed.
             found = summary or {}
             keys = ["reward_mean", *(("pass@1", f"pass@{self.pass_k}") if self.pass_k else ())]
-            values = same_on_every_rank([float(found.get(k, float("nan"))) for k in keys], args.device)
+            values = same_on_every_rank([float(found.get(k, float("nan"))) for k in keys], args)
             for key, value in zip(["greedy_reward", *keys[1:]], values, strict=True):
                 metrics[f"eval_{key}"] = value
 
@@ -391,14 +391,15 @@ class TrainClock(TrainerCallback):
         return self.before + (time.perf_counter() - self.started if self.started is not None else 0.0)
 
 
-def same_on_every_rank(values: list[float], device) -> list[float]:
-    """The main process's `values` on every rank (a broadcast from rank 0; as they are without a process group)."""
+def same_on_every_rank(values: list[float], args) -> list[float]:
+    """The main process's `values` on every rank (a broadcast from rank 0 on the device of the training `args`; as
+    they are without a process group)."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return values
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    tensor = torch.tensor(values, dtype=torch.float64, device=args.device)
     dist.broadcast(tensor, src=0)
     return tensor.tolist()
 

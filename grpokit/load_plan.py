@@ -88,6 +88,19 @@ def cpu_bf16() -> bool:
     return bool({"amx_bf16", "avx512_bf16"} & set(flags))
 
 
+def _deepspeed_file_stage(path: str) -> int:
+    """The ZeRO stage a DeepSpeed JSON config names (`deepspeed_config_file` in the accelerate config), which wins
+    over the launcher's stage variable (accelerate/utils/dataclasses.py, DeepSpeedPlugin: "zero_stage" maps to
+    "zero_optimization.stage"); 0 when there is no file or it leaves the stage to accelerate ("auto")."""
+    if not path or path == "none":
+        return 0
+    try:
+        stage = json.loads(Path(path).read_text()).get("zero_optimization", {}).get("stage")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return stage if isinstance(stage, int) else 0
+
+
 def detect_machine() -> Machine:
     """The machine at hand: torch for the GPU, the launcher's environment for ranks, DeepSpeed and FSDP."""
     import importlib.util
@@ -98,6 +111,7 @@ def detect_machine() -> Machine:
     zero = 0
     if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() in truthy:
         zero = int(env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2") or 2)  # accelerate's DeepSpeedPlugin default: 2
+        zero = _deepspeed_file_stage(env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")) or zero
     common = dict(world_size=int(env.get("WORLD_SIZE", "1")), local_rank=int(env.get("LOCAL_RANK", "0")),
                   zero_stage=zero, fsdp=env.get("ACCELERATE_USE_FSDP", "").lower() in truthy,
                   vllm=importlib.util.find_spec("vllm") is not None)
@@ -123,6 +137,7 @@ class MemoryEstimate:
     terms: dict[str, float]
     formulas: dict[str, str]
     gpu_gib: float
+    vllm_weights: float = 0.0  # what vLLM must load into its share (the "rollout" term) on this GPU
 
     @property
     def training_gib(self) -> float:
@@ -303,6 +318,33 @@ def unsloth_loss_refusal(config) -> str:
             "transformers, or drop them.")
 
 
+def sharded_refusal(config, machine: Machine, backend: str) -> str:
+    """ZeRO-3 and FSDP shard 16-bit weights across the ranks. Not bitsandbytes 4-bit weights (uint8 storage, which
+    is neither partitioned at load nor flattened beside bf16 parameters without a bnb_4bit_quant_storage the loader
+    does not set) nor Unsloth's kernels (one GPU per process). And the generation logs decode on rank 0 alone, while
+    a forward through sharded weights is a collective of every rank (ZeRO-3 gathers each layer's parameters as it
+    goes), so rank 0 would wait for the others for good."""
+    kind = "ZeRO-3" if machine.zero_stage == 3 else "FSDP"
+    if backend == "unsloth" or config.load_in_4bit:
+        return (f"{kind} shards 16-bit weights only (4-bit weights and Unsloth's kernels stay one GPU per process): "
+                "use --backend transformers --no-4bit, or DDP (config/accelerate/ddp.yaml).")
+    if config.enable_generation_logging:
+        return (f"the generation logs decode on rank 0 alone, and every forward through {kind}'s sharded weights "
+                "needs all ranks: add --disable-generation-logging (TRL's sampled evaluation still runs).")
+    return ""
+
+
+def vllm_share_refusal(memory: MemoryEstimate, machine: Machine) -> str:
+    """vLLM loads the weights into its own share of the card before anything else (and then needs room for its
+    KV cache): a share smaller than the weights fails at load, after the training model has loaded."""
+    held, share = memory.vllm_weights, memory.terms.get("rollout", 0.0)
+    if not held or held < share:
+        return ""
+    return (f"vLLM's share of the {machine.gpu_name or 'GPU'} ({share:.0f} GiB) cannot hold the {held:.0f} GiB of "
+            "weights it loads: raise vllm_gpu_memory_utilization (gpu_memory_utilization with Unsloth's "
+            "fast_inference), or generate with --set generation_engine=transformers.")
+
+
 def memory_estimate(config, machine: Machine, arch: Architecture, engine: str, fast_inference: bool,
                     vllm_mode: str | None) -> MemoryEstimate:
     """GiB per GPU for training (weights, LoRA + optimizer, activations, rollout KV cache or vLLM's share) and for
@@ -343,6 +385,7 @@ def memory_estimate(config, machine: Machine, arch: Architecture, engine: str, f
     terms = {"weights": weights, "lora_and_optimizer": lora_gib, "activations": acts}
     formulas = {"weights": weights_formula, "lora_and_optimizer": lora_formula, "activations": acts_formula}
     kv_token = arch.kv_bytes_per_token()
+    held = 0.0  # GiB of weights vLLM loads into its share on this GPU
     if engine == "vllm" and vllm_mode == "server":
         terms["rollout"] = 0.0
         formulas["rollout"] = "vLLM server on other GPUs (trl vllm-serve): nothing on the training GPU"
@@ -353,6 +396,11 @@ def memory_estimate(config, machine: Machine, arch: Architecture, engine: str, f
                                + (" (Unsloth's fast_inference: the 4-bit weights live inside it, shared with "
                                   "training)" if fast_inference else " (TRL colocate: its own 16-bit weight copy "
                                                                    "and KV cache)"))
+        # what vLLM must load into that share: Unsloth's fast_inference the training weights themselves, TRL's
+        # colocated vLLM its own 16-bit copy of the whole model on every GPU (not sharded with the training weights)
+        tensor_parallel = int(config.trl_args.get("vllm_tensor_parallel_size") or 1)
+        held = (weights * world if machine.sharded else weights) if fast_inference else params * 2 / GIB / tensor_parallel
+        formulas["rollout"] += f"; must hold {held:.1f} GiB of weights"
         if fast_inference:
             terms["weights"] = 0.0
             formulas["weights"] += ", counted inside vLLM's reservation (shared)"
@@ -362,7 +410,13 @@ def memory_estimate(config, machine: Machine, arch: Architecture, engine: str, f
         terms["rollout"] = sequences * seq * kv_token / GIB
         formulas["rollout"] = (f"KV cache: {sequences} sequences per generate (batch x steps_per_generation) x {seq} "
                                f"tokens x {kv_token / 1024:.0f} KiB/token (2 x layers x kv_heads x head_dim x 2 B)")
-    return MemoryEstimate(terms, formulas, machine.gpu_memory_gib)
+    if machine.zero_stage == 3 and engine != "vllm" and config.trl_args.get("ds3_gather_for_generation", True):
+        full = (params - emb) * NF4_BYTES + emb * 2 if config.load_in_4bit else params * 2
+        terms["generation_gather"] = full / GIB - weights
+        formulas["generation_gather"] = ("TRL's ds3_gather_for_generation (default true) gathers the whole model on "
+                                         "every GPU to generate: the full weights less the shard counted above "
+                                         "(--set ds3_gather_for_generation=false generates layer by layer, slower)")
+    return MemoryEstimate(terms, formulas, machine.gpu_memory_gib, vllm_weights=held)
 
 
 def eval_sequences(config) -> tuple[int, int]:
@@ -380,7 +434,11 @@ def eval_batch_size(config, memory: MemoryEstimate | None, arch: Architecture | 
         return 0, ""
     if memory is None or arch is None:
         return min(wanted, UNKNOWN_SHAPE_EVAL_BATCH), ""
-    per_sequence = seq * arch.kv_bytes_per_token() / GIB
+    # each sequence's KV cache (prompt + new tokens), and while the prompts are prefilled one layer's activations
+    # for every prompt token (q/k/v/o- and MLP-sized tensors, 16-bit), as in the training activations
+    prompt = config.max_prompt_length
+    prefill = prompt * (4 * arch.hidden + 3 * arch.intermediate) * 2 / GIB
+    per_sequence = seq * arch.kv_bytes_per_token() / GIB + prefill
     free = USABLE_FRACTION * memory.gpu_gib - memory.training_gib + memory.terms["activations"]  # no training pass
     batch = min(wanted, int(free // per_sequence)) if free > 0 else 0
     if batch < 1:
@@ -388,7 +446,9 @@ def eval_batch_size(config, memory: MemoryEstimate | None, arch: Architecture | 
                    "beside the model")
     memory.terms["eval_kv_cache"] = batch * per_sequence
     memory.formulas["eval_kv_cache"] = (f"{batch} of {wanted} sequences per generate call (logged rows x pass@k) x "
-                                        f"{seq} tokens x {arch.kv_bytes_per_token() / 1024:.0f} KiB/token")
+                                        f"({seq} tokens x {arch.kv_bytes_per_token() / 1024:.0f} KiB/token KV cache "
+                                        f"+ {prompt} prompt tokens x (4 hidden + 3 intermediate) x 2 B prefill "
+                                        "activations)")
     return batch, ""
 
 
@@ -414,6 +474,8 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
             notes.append(f"--no-4bit loads the 16-bit repository {preset.hub_id_16bit}, not the preset's 4-bit one")
     if machine.cuda and backend == "unsloth" and not refusal:
         refusal = unsloth_loss_refusal(config)
+    if machine.cuda and machine.sharded and not refusal:
+        refusal = sharded_refusal(config, machine, backend)
     name, why, mode, fast = rollout(config, machine, backend, engine)
     if machine.cuda and name == "vllm" and not refusal:
         refusal = vllm_refusal(config, backend, fast)
@@ -421,11 +483,14 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
         device=f"cuda:{machine.local_rank}" if machine.cuda else "cpu", checkpoint=checkpoint,
         quantization=quantization, dtype=dtype, mixed_precision=mixed,
         device_map=device_map(config, machine, backend),
-        trainer_args_first=machine.cuda and machine.zero_stage == 3, engine=name, engine_reason=why,
+        trainer_args_first=machine.cuda and machine.sharded, engine=name, engine_reason=why,
         vllm_mode=mode, fast_inference=fast, eval_batch=0, machine=machine, notes=notes)
     if machine.zero_stage == 3:
         notes.append("ZeRO-3: TRL's args are built before the model, so transformers loads it sharded (zero.Init) "
                      "instead of a full copy per rank")
+    elif machine.fsdp:
+        notes.append("FSDP: TRL's args are built before the model, so the process group exists when it loads and, with "
+                     "fsdp_cpu_ram_efficient_loading, rank 0 alone reads the weights into host RAM")
     if not machine.cuda:
         plan.refusal = refusal
         return plan
@@ -438,9 +503,13 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
     if not refusal and plan.memory is not None:
         need, have = plan.memory.training_gib, machine.gpu_memory_gib
         if need > have:
+            fix = ("--set ds3_gather_for_generation=false (generation then gathers one layer at a time)"
+                   if "generation_gather" in plan.memory.terms else
+                   "use 4-bit, a smaller model or batch, or shard it (config/accelerate/deepspeed_zero3.yaml)")
             refusal = (f"this plan needs ~{need:.0f} GiB per GPU ({_largest(plan.memory)}) and the "
-                       f"{machine.gpu_name or 'GPU'} has {have:.0f} GiB: use 4-bit, a smaller model or batch, or "
-                       "shard it (config/accelerate/deepspeed_zero3.yaml); --dry-run shows the plan.")
+                       f"{machine.gpu_name or 'GPU'} has {have:.0f} GiB: {fix}; --dry-run shows the plan.")
+        elif vllm_share_refusal(plan.memory, machine):
+            refusal = vllm_share_refusal(plan.memory, machine)
         elif eval_problem:
             refusal = (f"{eval_problem}: lower --max-generation-samples / eval_pass_k / generation_max_new_tokens, or "
                        "--disable-generation-logging.")

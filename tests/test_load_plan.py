@@ -30,6 +30,8 @@ DDP_RANK1 = Machine(cuda=True, gpu_name="NVIDIA A100-SXM4-80GB", gpu_memory_gib=
                     local_rank=1)
 ZERO3 = Machine(cuda=True, gpu_name="NVIDIA H100 80GB HBM3", gpu_memory_gib=79.1, bf16=True, world_size=8,
                 local_rank=3, zero_stage=3)
+FSDP8 = Machine(cuda=True, gpu_name="NVIDIA H100 80GB HBM3", gpu_memory_gib=79.1, bf16=True, world_size=8,
+                local_rank=5, fsdp=True)
 CPU = Machine()
 
 
@@ -226,11 +228,14 @@ def test_this_cpu_machine_is_a_cpu():
 
 # ---- 4. ZeRO-3: TRL's args (which register ZeRO-3 with transformers) before the model ----------------------------------
 @pytest.mark.parametrize("machine, model, order", [(ZERO3, "llama-3.1-70b", ["trl_args", "model"]),
+                                                   (FSDP8, "llama-3.1-70b", ["trl_args", "model"]),
                                                    (DDP_RANK1, "llama-3.1-8b", ["model"])])
 def test_zero3_builds_trl_args_before_the_model_loads(monkeypatch, recorded, tmp_path, machine, model, order):
     """Under `accelerate launch` with DeepSpeed, TrainingArguments registers HfDeepSpeedConfig
     (transformers/training_args.py DeepSpeedPlugin().set_deepspeed_weakref(); accelerate/utils/dataclasses.py
-    set_deepspeed_weakref), which is what makes from_pretrained load shards under zero.Init."""
+    set_deepspeed_weakref), which is what makes from_pretrained load shards under zero.Init. Under FSDP they start
+    the process group (TrainingArguments.__post_init__ reads self.device), without which transformers'
+    is_fsdp_enabled() is False and every rank reads the whole model into host RAM."""
     import trl
 
     from grpokit import load_plan
@@ -242,11 +247,12 @@ def test_zero3_builds_trl_args_before_the_model_loads(monkeypatch, recorded, tmp
 
     monkeypatch.setattr(load_plan, "detect_machine", lambda: machine)
     monkeypatch.setattr(trl, "GRPOConfig", RecordingGRPOConfig)
-    config = _config(model_name=model, backend="transformers", load_in_4bit=False, output_dir=str(tmp_path))
+    config = _config(model_name=model, backend="transformers", load_in_4bit=False, output_dir=str(tmp_path),
+                     enable_generation_logging=False, overrides=["ds3_gather_for_generation=false"])
     run = GRPOTrainer(config)
     run.load_model()
     assert [name for name, _, _ in recorded] == order
-    if machine.zero_stage == 3:
+    if machine.sharded:
         assert run._trainer_args_first is not None  # kept alive: transformers holds the DeepSpeed config weakly
         assert recorded[0][2]["bf16"] is True
         assert "device_map" not in recorded[1][2]
@@ -491,3 +497,80 @@ def test_dry_run_on_a_t4_shows_fp16_the_16bit_checkpoint_and_the_memory_formulas
     assert plan["checkpoint"] == "unsloth/Qwen2.5-7B-Instruct-bnb-4bit" and plan["device_map"] == {"": 0}
     assert plan["rollout"]["engine"] == "transformers"  # auto: 4-bit on the transformers backend, no TRL vLLM
     assert "NF4" in plan["memory"]["weights"]["formula"] and plan["memory"]["source"].startswith("estimated")
+
+
+# ---- several GPUs: what a sharded or colocated run must hold, refused before loading ---------------------------------
+A100_40 = Machine(cuda=True, gpu_name="NVIDIA A100-SXM4-40GB", gpu_memory_gib=39.4, bf16=True, vllm=True)
+
+
+def test_a_deepspeed_json_config_names_the_zero_stage(monkeypatch, tmp_path):
+    """accelerate takes the stage from a `deepspeed_config_file` over its ZeRO-stage variable (read from the
+    installed DeepSpeedPlugin's mapping below), so a JSON config's ZeRO-3 must not read as the default ZeRO-2."""
+    from grpokit.load_plan import detect_machine
+
+    source = (SITE / "accelerate" / "utils" / "dataclasses.py").read_text()
+    assert '"zero_stage": "zero_optimization.stage"' in source and 'ACCELERATE_DEEPSPEED_ZERO_STAGE", 2' in source
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", raising=False)
+    file = tmp_path / "ds.json"
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(file))
+    for stage, seen in ((3, 3), ("auto", 2), (1, 1)):
+        file.write_text(json.dumps({"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": "auto"}))
+        assert detect_machine().zero_stage == seen
+
+
+@pytest.mark.parametrize("machine", [ZERO3, FSDP8])
+def test_sharded_weights_refuse_4bit_unsloth_and_rank_0_generation_logs(machine):
+    recipe = dict(model_name="llama-3.1-70b", backend="transformers", load_in_4bit=False,
+                  enable_generation_logging=False, overrides=["ds3_gather_for_generation=false"])
+    assert not plan_load(_config(**recipe), machine, "transformers").refusal
+    for changed, backend, words in (({"load_in_4bit": True}, "transformers", "--no-4bit"),
+                                    ({}, "unsloth", "--backend transformers"),
+                                    ({"enable_generation_logging": True}, "transformers",
+                                     "--disable-generation-logging")):
+        refusal = plan_load(_config(**{**recipe, **changed}), machine, backend).refusal
+        assert words in refusal and "\n" not in refusal, refusal
+
+
+def test_zero3_generation_gathers_the_whole_model_on_every_gpu():
+    """TRL's ds3_gather_for_generation (default true; trl/models/utils.py unwrap_model_for_generation) puts the whole
+    16-bit 70B on each GPU to generate: ~131 GiB beside an 80 GB card's 16 GiB shard."""
+    import trl
+
+    assert {f.name: f.default for f in __import__("dataclasses").fields(trl.GRPOConfig)}["ds3_gather_for_generation"]
+    config = _config(model_name="llama-3.1-70b", backend="transformers", load_in_4bit=False,
+                     enable_generation_logging=False)
+    plan = plan_load(config, ZERO3, "transformers")
+    terms = plan.memory.terms
+    assert terms["weights"] + terms["generation_gather"] == pytest.approx(MODEL_PRESETS["llama-3.1-70b"]
+                                                                           .architecture.params * 2 / 1024**3)
+    assert "ds3_gather_for_generation=false" in plan.refusal and "\n" not in plan.refusal
+    config = _config(model_name="llama-3.1-70b", backend="transformers", load_in_4bit=False,
+                     enable_generation_logging=False, overrides=["ds3_gather_for_generation=false"])
+    plan = plan_load(config, ZERO3, "transformers")
+    assert not plan.refusal and "generation_gather" not in plan.memory.terms
+
+
+def test_vllm_must_hold_the_weights_in_its_share(vllm_installed):
+    """Unsloth's fast_inference loads the 4-bit weights into its gpu_memory_utilization share; TRL's colocated vLLM a
+    16-bit copy of the whole model into vllm_gpu_memory_utilization, on every GPU (also under ZeRO-3)."""
+    fast = _config(model_name="llama-3.1-70b", use_vllm=True)  # 4-bit, Unsloth: fast_inference
+    plan = plan_load(fast, A100_40, "unsloth")
+    assert plan.fast_inference and "vLLM's share" in plan.refusal and "gpu_memory_utilization" in plan.refusal
+    assert not plan_load(_config(model_name="llama-3.1-8b", use_vllm=True), A100_40, "unsloth").refusal
+    sharded = Machine(**{**ZERO3.__dict__, "vllm": True})
+    auto = _config(model_name="llama-3.1-70b", backend="transformers", load_in_4bit=False,
+                   enable_generation_logging=False)
+    plan = plan_load(auto, sharded, "transformers")
+    assert plan.engine == "vllm" and "cannot hold the 131 GiB" in plan.refusal  # auto picked TRL's colocated vLLM
+
+
+def test_generation_log_batches_count_the_prefill_activations():
+    config = build_config(preset="gsm8k_qwen2.5-7b")
+    plan = plan_load(config, A100, "transformers")
+    arch = MODEL_PRESETS["qwen2.5-7b"].architecture
+    new_tokens = config.generation_max_new_tokens or config.max_completion_length
+    kv = (config.max_prompt_length + new_tokens) * arch.kv_bytes_per_token()
+    prefill = config.max_prompt_length * (4 * arch.hidden + 3 * arch.intermediate) * 2
+    assert plan.memory.terms["eval_kv_cache"] == pytest.approx(plan.eval_batch * (kv + prefill) / 1024**3)
+    assert "prefill activations" in plan.memory.formulas["eval_kv_cache"]
