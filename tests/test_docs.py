@@ -253,3 +253,9 @@ def test_product_files_speak_of_the_product():
 def test_pictures_are_small_pngs(image):
     data = (ROOT / "docs" / "images" / image).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 400_000
+
+
+def test_each_topic_page_opens_with_what_the_reader_can_do():
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        lines = page.read_text().splitlines()
+        assert lines[0].startswith("# ") and lines[2].startswith("After reading this page you"), page.name
