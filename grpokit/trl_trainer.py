@@ -203,10 +203,13 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
             if packed is not None:
                 return packed
         # Nothing shared, or activation checkpointing on in training (transformers then returns no key/value cache,
-        # so there is nothing to share): TRL's own pass.
+        # so there is nothing to share): TRL's own pass. Under several processes too: the packed form and TRL's pass
+        # are one forward each, the prompt cache two, and whether packing applies depends on each rank's own rows;
+        # every rank must make the same forward calls (each one gathers the layers under ZeRO-3 / FSDP, and DDP
+        # broadcasts its buffers at each).
         checkpointing = model.training and getattr(self.accelerator.unwrap_model(model), "is_gradient_checkpointing",
                                                    False)
-        if prompt_len < 2 or first_row.size(0) == input_ids.size(0) or checkpointing:
+        if prompt_len < 2 or first_row.size(0) == input_ids.size(0) or checkpointing or self.accelerator.num_processes > 1:
             logps, entropies, _ = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, compute_entropy=compute_entropy)
             return logps, entropies

@@ -18,13 +18,14 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
-def _torchrun(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    """train_grpo.py under `torchrun --nproc_per_node 2`; past `timeout` torchrun and its ranks are killed and the
-    test fails as a hang."""
+def _torchrun(*args: str, timeout: int = 900, script: str = "train_grpo.py") -> subprocess.CompletedProcess:
+    """`script` (train_grpo.py) under `torchrun --nproc_per_node 2`; past `timeout` torchrun and its ranks are killed
+    and the test fails as a hang."""
     torchrun = Path(sys.executable).parent / "torchrun"
     assert torchrun.exists() or shutil.which("torchrun")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [str(torchrun), "--standalone", "--nproc_per_node", "2", "train_grpo.py", *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    command = [str(torchrun), "--standalone", "--nproc_per_node", "2", script, *args]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
@@ -76,3 +77,14 @@ def test_two_process_torchrun_run(tmp_path):
     assert result.stderr.count(f"--resume-from-checkpoint latest: {out / 'checkpoint-1'}") == 2
     assert "Traceback" not in result.stderr
     assert result.stdout.count('"load_plan"') == 1
+
+
+def test_shared_prompt_log_probs_make_the_same_forward_calls_on_every_rank(tmp_path):
+    """Whether the packed form applies depends on a rank's own rows; the prompt-cache form makes two forward calls
+    where the others make one, and each call is a collective under ZeRO-3 / FSDP (DDP broadcasts buffers at each)."""
+    from conftest import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "tiny")
+    result = _torchrun(str(model), str(tmp_path), timeout=300, script="tests/fixtures/shared_logps_ranks.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "forward_calls.json").read_text()) == [1, 1]
