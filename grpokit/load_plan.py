@@ -334,6 +334,22 @@ def sharded_refusal(config, machine: Machine, backend: str) -> str:
     return ""
 
 
+def merge_refusal(config, machine: Machine, backend: str) -> str:
+    """--save-merged writes a 16-bit model from rank 0 after training. Under ZeRO-3 / FSDP rank 0 holds only its
+    partition of the weights. And PEFT merges a LoRA into a bitsandbytes 4-bit layer by dequantising, adding and
+    quantising again (peft/tuners/lora/bnb.py, Linear4bit.merge: bnb.nn.Params4bit), so the transformers backend
+    would write 4-bit weights as `merged_16bit`; Unsloth's merge loads the 16-bit base instead."""
+    if not config.save_merged:
+        return ""
+    if machine.sharded:
+        return (f"--save-merged under {'ZeRO-3' if machine.zero_stage == 3 else 'FSDP'}: rank 0 holds only its share "
+                "of the weights. Drop it and merge the saved adapter afterwards in one process.")
+    if backend == "transformers" and config.load_in_4bit:
+        return ("--save-merged with 4-bit weights on the transformers backend merges into the 4-bit layers and "
+                "quantises again (PEFT): use --backend unsloth (it merges into the 16-bit base) or --no-4bit.")
+    return ""
+
+
 def vllm_share_refusal(memory: MemoryEstimate, machine: Machine) -> str:
     """vLLM loads the weights into its own share of the card before anything else (and then needs room for its
     KV cache): a share smaller than the weights fails at load, after the training model has loaded."""
@@ -476,6 +492,8 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
         refusal = unsloth_loss_refusal(config)
     if machine.cuda and machine.sharded and not refusal:
         refusal = sharded_refusal(config, machine, backend)
+    if machine.cuda and not refusal:
+        refusal = merge_refusal(config, machine, backend)
     name, why, mode, fast = rollout(config, machine, backend, engine)
     if machine.cuda and name == "vllm" and not refusal:
         refusal = vllm_refusal(config, backend, fast)

@@ -4,6 +4,7 @@ library boundary (transformers / Unsloth `from_pretrained`, peft, `trl.GRPOConfi
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import json
@@ -574,3 +575,20 @@ def test_generation_log_batches_count_the_prefill_activations():
     prefill = config.max_prompt_length * (4 * arch.hidden + 3 * arch.intermediate) * 2
     assert plan.memory.terms["eval_kv_cache"] == pytest.approx(plan.eval_batch * (kv + prefill) / 1024**3)
     assert "prefill activations" in plan.memory.formulas["eval_kv_cache"]
+
+
+def test_save_merged_is_refused_where_it_would_not_write_a_16bit_model():
+    """PEFT's merge into a 4-bit layer quantises the sum again (read from the installed peft below); under ZeRO-3
+    rank 0 would merge its partition only."""
+    tree = ast.parse((SITE / "peft" / "tuners" / "lora" / "bnb.py").read_text())
+    layer = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Linear4bit")
+    merge = next(n for n in layer.body if isinstance(n, ast.FunctionDef) and n.name == "merge")
+    assert any(isinstance(n, ast.Attribute) and n.attr == "Params4bit" for n in ast.walk(merge))
+    four_bit = _config(model_name="llama-3.1-8b", save_merged=True)
+    assert "--backend unsloth" in plan_load(four_bit, A100, "transformers").refusal
+    assert not plan_load(four_bit, A100, "unsloth").refusal
+    assert not plan_load(_config(model_name="llama-3.1-8b", save_merged=True, load_in_4bit=False), A100,
+                         "transformers").refusal
+    sharded = _config(model_name="llama-3.1-70b", load_in_4bit=False, save_merged=True, enable_generation_logging=False,
+                      overrides=["ds3_gather_for_generation=false"])
+    assert "rank 0 holds only its share" in plan_load(sharded, ZERO3, "transformers").refusal
