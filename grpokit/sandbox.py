@@ -121,7 +121,9 @@ unset IFS
 mkdir -p "$R/dev" "$R/proc" "$R/tmp" "$R/.old"
 for n in null zero random urandom; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
-mount -t tmpfs -o "size=${TMP_MB}m,mode=1777,nosuid,nodev" sandbox-tmp "$R/tmp"
+mount -t tmpfs -o "size=${TMP_MB}m,mode=755,nosuid,nodev" sandbox-tmp "$R/tmp"
+mkdir -m 700 "$R/tmp/w"
+if [ -n "$AS_UID" ]; then chown "$AS_UID:$AS_UID" "$R/tmp/w"; fi
 cd "$R"
 /usr/sbin/pivot_root . .old || pivot_root . .old
 cd /
@@ -266,11 +268,11 @@ class Sandbox:
         if mode == "root":
             command = ["unshare", "--net", "--mount", "--pid", "--ipc", "--uts", "--cgroup", "--fork",
                        "--kill-child", "sh", "-c", _SETUP, "sandbox", self.mountpoint, str(limits.disk_mb),
-                       mounts, str(SANDBOX_UID), *worker, "/tmp", "pidns"]
+                       mounts, str(SANDBOX_UID), *worker, "/tmp/w", "pidns"]
         elif mode == "user":
             command = ["unshare", "--user", "--map-root-user", "--net", "--mount", "--pid", "--ipc", "--uts",
                        "--cgroup", "--fork", "--kill-child", "sh", "-c", _SETUP, "sandbox", self.mountpoint,
-                       str(limits.disk_mb), mounts, "", *worker, "/tmp", "pidns"]
+                       str(limits.disk_mb), mounts, "", *worker, "/tmp/w", "pidns"]
         else:
             self.hostroot = tempfile.mkdtemp(prefix="grpokit-sandbox-")
             command = [*worker, self.hostroot, "nopidns"]
@@ -369,7 +371,7 @@ class Job:
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
         self.stdin, self.stdout, self.stderr, self.channel = pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]
         capped = set(sandbox.cgroups.kinds) if sandbox.cgroups else set()
-        header = {"kind": kind, "timeout": timeout, "program": program,
+        header = {"kind": kind, "timeout": timeout,
                   "rlimits": _rlimits(self.limits, bool({"pids", "v2"} & capped))}
         body = json.dumps(header).encode()
         try:
@@ -393,6 +395,9 @@ class Job:
         self.outbox = bytearray()  # stdin's unwritten bytes
         self.open = {self.stdout, self.stderr, self.channel}
         self.result: dict | None = None
+        if kind == "run":  # the program goes over the job's own stdin, never through the zygote
+            data = json.dumps({"program": program}).encode()
+            self.outbox += struct.pack(">I", len(data)) + data
 
     @staticmethod
     def _close_all(fds) -> None:
@@ -724,12 +729,12 @@ class Session:
             return {}
         return answer["names"]
 
-    def call(self, name: str, args: tuple, kwargs: dict, mutable: bool) -> dict | None:
-        """The child's reply to one call ({"value"}, {"raise"}, {"unsupported"}), or None when it is gone."""
+    def request(self, message: dict) -> dict | None:
+        """One request and its reply (a result, or a callback the code makes into the tests); None when the
+        child is gone or its time is up: every request after that is None too."""
         if self.ended:
             return None
-        answer = self.job.request({"op": "call", "name": name, "args": encode(list(args)),
-                                   "kwargs": encode(kwargs), "mutable": mutable})
+        answer = self.job.request(message)
         if answer is None:
             self.ended = True
         return answer

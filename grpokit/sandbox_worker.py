@@ -36,8 +36,9 @@ class NotPlainData(ValueError):
     """A value that is not plain data (a generator, an instance of the program's own class, a subclass)."""
 
 
-def encode(value, depth=0, budget=None):
-    """Plain data -> JSON-able tagged lists. Raises NotPlainData for anything else."""
+def encode(value, depth=0, budget=None, other=None):
+    """Plain data -> JSON-able tagged lists. Raises NotPlainData for anything else, unless `other(value)` gives
+    a tagged list for it (the caller's handles: a callback, a remote object)."""
     budget = budget if budget is not None else [MAX_ITEMS]
     budget[0] -= 1
     if depth > MAX_DEPTH or budget[0] < 0:
@@ -59,14 +60,20 @@ def encode(value, depth=0, budget=None):
         return ["b", base64.b64encode(value).decode("ascii")]
     if kind in (list, tuple, set, frozenset):
         tag = {list: "l", tuple: "t", set: "S", frozenset: "F"}[kind]
-        return [tag, [encode(item, depth + 1, budget) for item in value]]
+        return [tag, [encode(item, depth + 1, budget, other) for item in value]]
     if kind is dict:
-        return ["d", [[encode(k, depth + 1, budget), encode(v, depth + 1, budget)] for k, v in value.items()]]
+        return ["d", [[encode(k, depth + 1, budget, other), encode(v, depth + 1, budget, other)]
+                      for k, v in value.items()]]
+    handle = other(value) if other is not None else None
+    if handle is not None:
+        return handle
     raise NotPlainData(f"a {kind.__name__}, not plain data")
 
 
-def decode(data, depth=0):
-    """Tagged lists -> builtin values; ValueError on anything malformed."""
+def decode(data, depth=0, handles=None):
+    """Tagged lists -> builtin values; ValueError on anything malformed. `handles(tag, item)` resolves the
+    sandbox side's extra tags ("cb": a callback of the tests, "r": an object of the code's): never on the trusted
+    side, which builds builtin values or nothing."""
     if depth > MAX_DEPTH or type(data) is not list or not data or type(data[0]) is not str:
         raise ValueError("malformed plain data")
     tag, rest = data[0], data[1:]
@@ -85,15 +92,17 @@ def decode(data, depth=0):
         if tag == "b" and type(item) is str:
             return base64.b64decode(item, validate=True)
         if tag in ("l", "t", "S", "F") and type(item) is list:
-            items = [decode(x, depth + 1) for x in item]
+            items = [decode(x, depth + 1, handles) for x in item]
             return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
         if tag == "d" and type(item) is list:
             pairs = {}
             for pair in item:
                 if type(pair) is not list or len(pair) != 2:
                     raise ValueError("malformed plain data")
-                pairs[decode(pair[0], depth + 1)] = decode(pair[1], depth + 1)
+                pairs[decode(pair[0], depth + 1, handles)] = decode(pair[1], depth + 1, handles)
             return pairs
+        if tag in ("cb", "r") and type(item) is int and handles is not None:
+            return handles(tag, item)
     if tag == "c" and len(rest) == 2 and all(type(x) is str for x in rest):
         return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
     raise ValueError("malformed plain data")
@@ -240,6 +249,44 @@ def _remove_tree(path):
             stack.pop()
 
 
+def _wipe(directory):
+    """Empty `directory` (it stays)."""
+    os.chmod(directory, 0o700)
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False):
+            _remove_tree(entry.path)
+        else:
+            os.unlink(entry.path)
+
+
+def _wipe_writable(workdir):
+    """Whatever else under /tmp this uid could write (where /tmp itself is this uid's: an unprivileged user
+    namespace); a root-owned /tmp holds only `workdir`."""
+    for entry in os.scandir("/tmp"):
+        if entry.path != workdir:
+            try:
+                _remove_tree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
+            except PermissionError:
+                pass
+
+
+def _remove_ipc():
+    """Remove every SysV shared-memory segment, message queue and semaphore set of this IPC namespace."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind, remove in (("shm", lambda i: libc.shmctl(i, 0, None)), ("msg", lambda i: libc.msgctl(i, 0, None)),
+                         ("sem", lambda i: libc.semctl(i, 0, 0))):
+        try:
+            lines = open(f"/proc/sysvipc/{kind}").read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                remove(int(fields[1]))
+
+
 def _kill_others():
     """SIGKILL every process of this pid namespace but this one, until none is left (a fork loop included)."""
     import signal
@@ -298,8 +345,9 @@ def _child(header, fds, workdir):
         if header["kind"] == "serve":
             _serve()
         else:
+            program = read_frame(0)["program"]  # over the job's own pipe: the zygote never holds it
             namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-            exec(compile(header["program"], "main.py", "exec"), namespace)
+            exec(compile(program, "main.py", "exec"), namespace)
     except SystemExit as err:
         code = err.code if type(err.code) is int else (0 if err.code is None else 1)
     except BaseException:
@@ -315,21 +363,62 @@ def _child(header, fds, workdir):
     os._exit(code & 0xFF)
 
 
-def _describe(value):
-    if isinstance(value, type):
-        return ["other", "class"]
+class _Objects:
+    """The code's objects the trusted side holds handles to (an instance its class made, a generator), and the
+    tests' callbacks the code may call: each call of one asks the trusted side over the job's pipes."""
+
+    def __init__(self):
+        self.table = {}
+
+    def handle(self, value):
+        if len(self.table) >= 100_000:
+            raise NotPlainData("too many objects")
+        self.table[len(self.table) + 1] = value
+        return len(self.table)
+
+    def resolve(self, tag, item):
+        if tag == "r":
+            if item not in self.table:
+                raise ValueError("no such object")
+            return self.table[item]
+
+        def callback(*args, **kwargs):  # a function of the tests: it runs on the trusted side
+            write_frame(3, {"callback": item, "args": encode(list(args)), "kwargs": encode(kwargs)})
+            answer = read_frame(0)
+            if answer is None:
+                os._exit(1)
+            if "value" in answer:
+                return decode(answer["value"])
+            raise RuntimeError(str(answer.get("message", "the callback failed")))
+
+        return callback
+
+    def out(self, value):
+        """A reply for a value: plain data, or a handle to it."""
+        try:
+            return {"value": encode(value)}
+        except NotPlainData:
+            pass
+        if callable(value) and not isinstance(value, type):
+            return {"callable": True}
+        return {"ref": self.handle(value), "type": type(value).__name__[:60]}
+
+
+def _describe(objects, value):
     if callable(value):
         return ["call"]
     try:
         return ["data", encode(value)]
     except NotPlainData:
-        return ["other", type(value).__name__]
+        return ["ref", objects.handle(value), type(value).__name__[:60]]
 
 
 def _serve():
-    """Load the solution (the first request), then answer requests until stdin closes."""
+    """Load the solution (the first request), then answer requests until stdin closes: which names the code
+    defines, calls of its functions (or of its objects' methods), attributes and str() of its objects."""
     request = read_frame(0)
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    objects = _Objects()
     try:
         exec(compile(request["solution"], "solution.py", "exec"), namespace)
     except BaseException as err:
@@ -340,24 +429,38 @@ def _serve():
         request = read_frame(0)
         if request is None:
             return
-        if request["op"] == "names":
-            write_frame(3, {"names": {name: (_describe(namespace[name]) if name in namespace else ["missing"])
-                                      for name in request["names"]}})
+        op = request["op"]
+        if op == "names":
+            write_frame(3, {"names": {name: (_describe(objects, namespace[name]) if name in namespace
+                                             else ["missing"]) for name in request["names"]}})
             continue
-        function = namespace.get(request["name"])
-        args, kwargs = decode(request["args"]), decode(request["kwargs"])
         try:
-            value = function(*args, **kwargs)
+            if op == "call":
+                target = namespace[request["name"]]
+            else:
+                target = objects.table[request["ref"]]
+                if request.get("attr"):
+                    target = getattr(target, request["attr"])
+            if op in ("getattr", "str", "repr", "iter", "len", "bool"):
+                value = {"getattr": lambda t: t, "str": str, "repr": repr, "iter": list, "len": len,
+                         "bool": bool}[op](target)
+                write_frame(3, objects.out(value))
+                continue
+            args = decode(request["args"], handles=objects.resolve)
+            kwargs = decode(request["kwargs"], handles=objects.resolve)
+            value = target(*args, **kwargs)
         except BaseException as err:
             _reply_error(err, "raise")
             continue
         try:
-            reply = {"value": encode(value)}
-            if request.get("mutable"):
-                reply["args"] = encode(args)
-                reply["kwargs"] = encode(kwargs)
+            reply = objects.out(value)
         except NotPlainData as err:
             reply = {"unsupported": str(err)}
+        if request.get("mutable"):  # the arguments after the call: the trusted side applies in-place changes
+            try:
+                reply["args"], reply["kwargs"] = encode(args), encode(kwargs)
+            except NotPlainData:
+                pass
         write_frame(3, reply)
 
 
@@ -369,9 +472,10 @@ def _reply_error(err, key):
     write_frame(3, {key: type(err).__name__, "message": message})
 
 
-def zygote(control_fd, root, pidns):
-    """Serve jobs from the control socket until it closes. `root`: the directory jobs get their directories in;
-    `pidns`: this is pid 1 of its own pid namespace (leftovers are every other process; else only the job's group)."""
+def zygote(control_fd, workdir, pidns):
+    """Serve jobs from the control socket until it closes. `workdir`: the job's cwd and HOME, emptied before and
+    after each job; `pidns`: this is pid 1 of its own pid, IPC and mount namespaces (leftovers are every other
+    process, every SysV object and anything written under /tmp; else only the job's process group)."""
     import select
     import signal
     import socket
@@ -382,7 +486,6 @@ def zygote(control_fd, root, pidns):
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd or environ for the children
     control = socket.socket(fileno=control_fd)
     write_frame(control_fd, {"ready": True, "uid": os.getuid(), "seccomp": why})
-    serial = 0
     while True:
         try:  # a frame: 4 bytes of length (the job's pipes ride on them), then the JSON header
             head, fds, _, _ = socket.recv_fds(control, 4, 4)
@@ -395,9 +498,10 @@ def zygote(control_fd, root, pidns):
         if body is None or len(fds) != 4:
             return
         header = json.loads(body)
-        serial += 1
-        workdir = os.path.join(root, f"job-{serial}")
-        os.mkdir(workdir, 0o700)
+        try:
+            _wipe(workdir)  # empty for the job, whatever the one before left
+        except OSError:
+            return
         pid = os.fork()
         if pid == 0:
             control.close()
@@ -424,9 +528,11 @@ def zygote(control_fd, root, pidns):
             except OSError:
                 pass
         dirty = ""
-        try:
-            os.chmod(workdir, 0o700)
-            _remove_tree(workdir)
+        try:  # nothing a job wrote or made is there for the next one: files, SysV IPC objects
+            _wipe(workdir)
+            if pidns:
+                _wipe_writable(workdir)
+                _remove_ipc()
         except OSError as err:
             dirty = f"cleanup failed: {type(err).__name__}"
         write_frame(control_fd, {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out,

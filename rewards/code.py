@@ -31,6 +31,7 @@ import os
 import random
 import re
 import secrets
+import sys
 import time
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -151,62 +152,185 @@ def _sync(original: Any, after: Any) -> None:
         original.update(after)
 
 
-class Proxy:
-    """Stands in, on the trusted side, for a function the completion defines: a call sends its plain-data
-    arguments to the sandbox and returns the plain-data result (exact builtin types, decoded strictly)."""
+class _Remote:
+    """The trusted side's end of the sandboxed code: every request is one round trip, during which the code may
+    call back into the tests' own functions (a callback argument), which run here on plain data."""
 
-    def __init__(self, session, name: str, deadline: float, calls: list[int]):
-        self._session, self._name, self._deadline, self._calls = session, name, deadline, calls
+    def __init__(self, session, deadline: float, calls: list[int]):
+        self.session, self.deadline, self.calls = session, deadline, calls
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def encode(self, value: Any, callbacks: list) -> Any:
+        """Arguments for the sandbox: plain data, the tests' callables (as callbacks) and the code's own objects
+        (as handles). Anything else (a generator of the tests, an object of the tests' own class) cannot cross."""
+        from grpokit import sandbox
+
+        def other(item: Any) -> list | None:
+            if isinstance(item, RemoteObject) and item._remote is self:
+                return ["r", item._ref]
+            if callable(item) and not isinstance(item, RemoteObject | Proxy | _Method):
+                callbacks.append(item)
+                return ["cb", len(callbacks) - 1]
+            return None
+
+        try:
+            return sandbox.encode(value, other=other)
+        except (ValueError, RecursionError) as err:
+            raise Unsplittable(str(err)) from None
+
+    def request(self, message: dict) -> Any:
+        """A request without arguments (an attribute, str()): its reply as the test sees it."""
+        if time.monotonic() > self.deadline:
+            raise SessionLost("time limit")
+        self.calls[0] += 1
+        reply = self.session.request(message)
+        if reply is None:
+            raise SessionLost("the completion's process ended")
+        return self.result(reply)
+
+    def attribute(self, ref: int, name: str) -> Any:
+        if time.monotonic() > self.deadline:
+            raise SessionLost("time limit")
+        reply = self.session.request({"op": "getattr", "ref": ref, "attr": name})
+        if reply is None:
+            raise SessionLost("the completion's process ended")
+        if reply.get("callable"):
+            return _Method(self, ref, name)
+        return self.result(reply)
+
+    def result(self, reply: dict) -> Any:
         from grpokit import sandbox
 
         try:
-            sandbox.encode(list(args))
-            sandbox.encode(kwargs)
-        except (ValueError, RecursionError) as err:
-            raise Unsplittable(f"{self._name}: {err}") from None
-        if time.monotonic() > self._deadline:
-            raise SessionLost("time limit")
-        self._calls[0] += 1
-        mutable = any(type(a) in (list, dict, set) for a in (*args, *kwargs.values()))
-        reply = self._session.call(self._name, args, kwargs, mutable)
-        if reply is None:
-            raise SessionLost("the completion's process ended")
-        try:
             if "value" in reply:
-                value = sandbox.decode(reply["value"])
-                if mutable and "args" in reply:
-                    for original, after in zip(args, sandbox.decode(reply["args"]), strict=False):
-                        _sync(original, after)
-                    after_kwargs = sandbox.decode(reply.get("kwargs", ["d", []]))
-                    for key, original in kwargs.items():
-                        _sync(original, after_kwargs.get(key) if type(after_kwargs) is dict else None)
-                return value
+                return sandbox.decode(reply["value"])
         except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
-            raise CandidateError(f"{self._name} returned malformed data") from None
+            raise CandidateError("returned malformed data") from None
+        if "ref" in reply and type(reply["ref"]) is int:
+            return RemoteObject(self, reply["ref"], str(reply.get("type", "object"))[:60])
         if "raise" in reply:
             raise _raised(reply["raise"], str(reply.get("message", ""))[:300])
         if "unsupported" in reply:
-            raise CandidateError(f"{self._name} returned {str(reply['unsupported'])[:100]}")
+            raise CandidateError(f"returned {str(reply['unsupported'])[:100]}")
         raise SessionLost("malformed reply")
+
+    def call(self, message: dict, args: tuple, kwargs: dict) -> Any:
+        """A call of the code's function (or object): arguments out, result back, in-place changes of list /
+        dict / set arguments applied to the tests' own objects."""
+        from grpokit import sandbox
+
+        callbacks: list = []
+        mutable = any(type(a) in (list, dict, set) for a in (*args, *kwargs.values()))
+        message = {**message, "args": self.encode(list(args), callbacks), "kwargs": self.encode(kwargs, callbacks),
+                   "mutable": mutable}
+        if time.monotonic() > self.deadline:
+            raise SessionLost("time limit")
+        self.calls[0] += 1
+        reply = self.session.request(message)
+        # the same loop as request(), with this call's callbacks
+        while reply is not None and "callback" in reply:
+            index = reply["callback"]
+            function = callbacks[index] if type(index) is int and 0 <= index < len(callbacks) else None
+            try:
+                if function is None:
+                    raise CandidateError("no such callback")
+                value = function(*sandbox.decode(reply["args"]), **sandbox.decode(reply["kwargs"]))
+                answer = {"value": sandbox.encode(value)}
+            except (Unsplittable, SessionLost, KeyboardInterrupt):
+                raise
+            except Exception as err:  # noqa: BLE001 (the tests' callback raised: the code sees an exception)
+                answer = {"raise": type(err).__name__, "message": str(err)[:200]}
+            reply = self.session.request(answer)
+        if reply is None:
+            raise SessionLost("the completion's process ended")
+        value = self.result(reply)
+        if mutable and "args" in reply:
+            try:
+                for original, after in zip(args, sandbox.decode(reply["args"]), strict=False):
+                    _sync(original, after)
+                after_kwargs = sandbox.decode(reply.get("kwargs", ["d", []]))
+                for key, original in kwargs.items():
+                    _sync(original, after_kwargs.get(key))
+            except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
+                raise CandidateError("returned malformed data") from None
+        return value
+
+
+class Proxy:
+    """Stands in, on the trusted side, for a function (or class) the completion defines: a call sends its
+    arguments to the sandbox and returns what comes back: plain data (exact builtin types, decoded strictly), or
+    a RemoteObject for anything else (an instance the code's class made)."""
+
+    def __init__(self, remote: _Remote, name: str):
+        self._remote, self._name = remote, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._remote.call({"op": "call", "name": self._name}, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<candidate {self._name}>"
 
 
-class _Opaque:
-    """A name the completion defines that is neither a function nor plain data (a class, an instance): a test that
-    touches it cannot be split into plain-data calls."""
+class RemoteObject:
+    """An object of the completion's (an instance, a generator) held in its sandbox. Its methods, attributes,
+    items, length, truth value and iteration are asked for and come back as plain data (or more RemoteObjects):
+    data the code chose, as a returned value would be. Comparisons never leave this process (the other operand may
+    be an expected value): it equals only itself, and `in` looks through the items it gave."""
 
-    def __init__(self, name: str):
-        self._name = name
+    def __init__(self, remote: _Remote, ref: int, kind: str):
+        self._remote, self._ref, self._kind = remote, ref, kind
 
-    def _refuse(self, *args: Any, **kwargs: Any):
-        raise Unsplittable(f"{self._name} is not plain data")
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._remote.attribute(self._ref, name)
 
-    __call__ = __getattr__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __iter__ = _refuse
-    __hash__ = None
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._remote.call({"op": "callref", "ref": self._ref, "attr": ""}, args, kwargs)
+
+    def _ask(self, op: str, kind: type) -> Any:
+        value = self._remote.request({"op": op, "ref": self._ref})
+        if type(value) is not kind:
+            raise CandidateError(f"{op}() of a {self._kind} of the code's gave {type(value).__name__}")
+        return value
+
+    def __str__(self) -> str:
+        return self._ask("str", str)
+
+    def __repr__(self) -> str:
+        return self._ask("repr", str)
+
+    def __iter__(self):
+        return iter(self._ask("iter", list))
+
+    def __len__(self) -> int:
+        return self._ask("len", int)
+
+    def __bool__(self) -> bool:
+        return self._ask("bool", bool)
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self._ask("iter", list)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._remote.call({"op": "callref", "ref": self._ref, "attr": "__getitem__"}, (key,), {})
+
+    def __eq__(self, other: Any) -> bool:
+        return self is other
+
+    def __ne__(self, other: Any) -> bool:
+        return self is not other
+
+    __hash__ = object.__hash__
+
+
+class _Method:
+    """A method of a RemoteObject, fetched as an attribute (`counter.inc`), called later."""
+
+    def __init__(self, remote: _Remote, ref: int, name: str):
+        self._remote, self._ref, self._name = remote, ref, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._remote.call({"op": "callref", "ref": self._ref, "attr": self._name}, args, kwargs)
 
 
 def _free_names(steps: list[tuple[str, str]]) -> list[str]:
@@ -256,30 +380,44 @@ def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
 def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str, deadline: float,
           log: list[str]) -> tuple[dict[int, bool], list[int], int]:
     """Run the tests here, with each function the completion defines bound to a Proxy of its sandboxed process:
-    ({step: passed}, [steps that could not be split], calls made). The expected values never leave this process."""
+    ({step: passed}, [test steps that could not be split], calls made). The expected values never leave this
+    process. From the first step that cannot be split on, the remaining tests go to the in-sandbox harness (a
+    later step may use what that one set up)."""
     namespace = _trusted_namespace(log)
     if trusted_prefix:
         try:  # the dataset's own prompt (helpers such as HumanEval's `poly`): trusted, and it wins over the code's
             exec(compile(trusted_prefix, "prompt.py", "exec"), namespace)
         except Exception:  # noqa: BLE001 (a prompt that is only a signature may not run on its own)
             pass
-    wanted = [n for n in _free_names(steps) if n == entry or (n not in namespace and n not in vars(builtins))]
+    free = _free_names(steps)
+    for name in free:  # a standard module the tests use without importing it (MBPP's `math`): the real one
+        if name != entry and name not in namespace and name in sys.stdlib_module_names:
+            try:
+                namespace[name] = namespace["__builtins__"]["__import__"](name)
+            except ImportError:
+                pass
+    wanted = [n for n in free if n == entry or (n not in namespace and n not in vars(builtins))]
     if entry and entry not in wanted:
         wanted.append(entry)
     calls = [0]
+    remote = _Remote(session, deadline, calls)
     for name, (kind, *value) in session.names(wanted).items():
-        if kind == "call":
-            namespace[name] = Proxy(session, name, deadline, calls)
-        elif kind == "data":
-            try:
+        try:
+            if kind == "call":
+                namespace[name] = Proxy(remote, name)
+            elif kind == "data":
                 namespace[name] = _decode(value[0])
-            except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
-                continue
-        elif kind == "other":
-            namespace[name] = _Opaque(name)
+            elif kind == "ref" and type(value[0]) is int:
+                namespace[name] = RemoteObject(remote, value[0], str(value[1])[:60] if len(value) > 1 else "object")
+        except (ValueError, TypeError, IndexError, RecursionError, MemoryError, OverflowError):
+            continue
     results: dict[int, bool] = {}
     unsplit: list[int] = []
     for index, (kind, source) in enumerate(steps):
+        if unsplit:
+            if kind == "test":
+                unsplit.append(index)
+            continue
         try:
             exec(compile(source, f"test_{index}", "exec"), namespace)
             ok = True
@@ -293,7 +431,7 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
             log.append(f"{kind} {index} failed: {type(err).__name__}: {str(err)[:200]}")
         if kind == "test":
             results[index] = ok
-    return results, unsplit, calls[0]
+    return results, [i for i in unsplit if steps[i][0] == "test"], calls[0]
 
 
 def _decode(data: Any) -> Any:
