@@ -381,8 +381,8 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
           log: list[str]) -> tuple[dict[int, bool], list[int], int]:
     """Run the tests here, with each function the completion defines bound to a Proxy of its sandboxed process:
     ({step: passed}, [test steps that could not be split], calls made). The expected values never leave this
-    process. From the first step that cannot be split on, the remaining tests go to the in-sandbox harness (a
-    later step may use what that one set up)."""
+    process. A test that cannot be split goes to the in-sandbox harness; after a set-up step that cannot, every
+    later test does (it may use what that step set up)."""
     namespace = _trusted_namespace(log)
     if trusted_prefix:
         try:  # the dataset's own prompt (helpers such as HumanEval's `poly`): trusted, and it wins over the code's
@@ -413,16 +413,17 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
             continue
     results: dict[int, bool] = {}
     unsplit: list[int] = []
+    setup_unsplit = False
     for index, (kind, source) in enumerate(steps):
-        if unsplit:
-            if kind == "test":
-                unsplit.append(index)
+        if setup_unsplit:
+            unsplit.append(index)
             continue
         try:
             exec(compile(source, f"test_{index}", "exec"), namespace)
             ok = True
         except Unsplittable:
             unsplit.append(index)
+            setup_unsplit = kind == "setup"  # what it set up is not here: the tests after it run there too
             continue
         except KeyboardInterrupt:
             raise

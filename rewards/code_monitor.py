@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import sys
 
 # module -> what importing it is for, in a completion that should only compute a function's value
 _MODULES = {
@@ -97,10 +98,13 @@ def scan(code: str, entry_point: str = "") -> list[str]:
                         found.add("custom __eq__")
             elif node.name in _BUILTIN_NAMES and node.name != entry_point and node in tree.body:
                 found.add("rebinding")
+            if node in tree.body and node.name in sys.stdlib_module_names and node.name != entry_point:
+                found.add("rebinding")  # a stand-in for a module the tests use (`class math:`)
         elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
-                if isinstance(target, ast.Name) and target.id in _BUILTIN_NAMES and node in tree.body and \
+                if isinstance(target, ast.Name) and (target.id in _BUILTIN_NAMES or target.id in
+                                                     sys.stdlib_module_names) and node in tree.body and \
                         target.id != entry_point:
                     found.add("rebinding")
                 if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute) and \

@@ -282,9 +282,21 @@ def test_the_monitor_flags_and_zero_suspected_scores_zero():
     assert "frames" in scan("import sys\nx = sys._getframe(1).f_locals")
     assert "exit hook" in scan("import atexit\natexit.register(print)")
     assert "reads files outside its dir" in scan("data = open('/root/.netrc').read()")
+    assert scan("class math:\n    isclose = staticmethod(lambda *a: True)") == ["rebinding"]
     assert scan("def f(xs):\n    xs.remove(1)\n    return sorted(xs)") == []
     honest_but_odd = fenced("import gc\ndef f():\n    gc.collect()\n    return 1")
     values, _, details = score([honest_but_odd])
     assert values == [1.0] and details[0]["suspected"] == ["gc"]
     values, _, details = score([honest_but_odd], zero_suspected=True)
     assert values == [0.0] and "hack suspected" in details[0]["status"]
+
+
+def test_a_test_that_cannot_cross_as_plain_data_runs_in_the_sandbox_and_is_counted():
+    # an iterator argument cannot be sent as data: that test runs beside the code, with the harness bound first
+    tests = ["assert total(iter([1, 2, 3])) == 6", "assert total([4]) == 4"]
+    right, wrong = fenced("def total(xs):\n    return sum(xs)"), fenced("def total(xs):\n    return 4")
+    component = CodeExecution(timeout=TIMEOUT)
+    values = component(completions=[right, wrong], tests=[tests, tests])
+    assert values == [1.0, 0.5]
+    assert [d["unsplit"] for d in component.last_details] == [1, 1]
+    assert component.last_metrics["code/unsplit_tests"] == 2.0
