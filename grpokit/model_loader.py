@@ -431,6 +431,18 @@ def contiguous_lm_head_input(model) -> None:
     head.register_forward_pre_hook(make_contiguous)
 
 
+def _compute_4bit_in(model, dtype) -> None:
+    """A pre-quantised checkpoint's own quantization_config wins over the one passed, compute dtype included
+    (transformers/quantizers/auto.py merge_quantization_configs: BitsAndBytesConfig takes no loading attributes), and
+    Unsloth's bnb-4bit repositories say bfloat16, which a T4 only emulates: every 4-bit layer computes in the plan's
+    dtype instead."""
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.compute_dtype = dtype
+
+
 def _load_with_peft(path: str, config, gradient_checkpointing, cuda: bool, plan=None):
     import torch
     from peft import LoraConfig, get_peft_model
@@ -451,6 +463,8 @@ def _load_with_peft(path: str, config, gradient_checkpointing, cuda: bool, plan=
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
         )
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if config.load_in_4bit and dtype is not None:
+        _compute_4bit_in(model, dtype)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -48,6 +48,9 @@ class FakeModel:
     def get_output_embeddings(self):
         return None
 
+    def modules(self):
+        return iter(())
+
     def gradient_checkpointing_enable(self, **kwargs):
         pass
 
@@ -592,3 +595,28 @@ def test_save_merged_is_refused_where_it_would_not_write_a_16bit_model():
     sharded = _config(model_name="llama-3.1-70b", load_in_4bit=False, save_merged=True, enable_generation_logging=False,
                       overrides=["ds3_gather_for_generation=false"])
     assert "rank 0 holds only its share" in plan_load(sharded, ZERO3, "transformers").refusal
+
+
+def test_a_prequantized_checkpoint_computes_in_the_plans_dtype(tmp_path):
+    """transformers keeps a pre-quantised checkpoint's bnb_4bit_compute_dtype (bfloat16 in Unsloth's bnb-4bit
+    repositories) whatever config is passed: on a T4 the plan's float16 must reach every 4-bit layer. Built here: a
+    tiny Llama quantised with bfloat16 compute and saved, then loaded through the transformers backend on the T4's
+    plan (on this CPU, so without its device map)."""
+    import bitsandbytes as bnb
+    import torch
+    from conftest import make_tiny_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    from grpokit.model_loader import load_model
+
+    quantized = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
+    tiny = make_tiny_model(tmp_path / "tiny")
+    AutoModelForCausalLM.from_pretrained(tiny, quantization_config=quantized,
+                                         dtype=torch.bfloat16).save_pretrained(tmp_path / "bnb-4bit")
+    AutoTokenizer.from_pretrained(tiny).save_pretrained(tmp_path / "bnb-4bit")
+    config = _config(model_name=str(tmp_path / "bnb-4bit"), backend="transformers", load_in_4bit=True)
+    plan = plan_load(config, T4, "transformers")
+    plan.device_map = None
+    model, _ = load_model(config, "transformers", "transformers", plan)
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and {m.compute_dtype for m in layers} == {torch.float16}
