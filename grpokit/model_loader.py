@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -161,7 +162,9 @@ def _import_unsloth() -> None:
 @contextlib.contextmanager
 def _stdout_to_log(source: str):
     """What a library prints to stdout in the block (Unsloth's CPU loader: dtype, threads, bf16-stored weights, one
-    100-column line each) goes to grpo_training.log, not the console; warnings and errors (stderr) are left alone."""
+    100-column line each) goes to grpo_training.log, not the console; warnings and errors (stderr) are left alone.
+    A logging handler created in the block on sys.stdout (vLLM's, started by Unsloth's fast_inference, configures
+    one at import) is handed the real stdout afterwards: its later lines would otherwise go to a buffer nobody reads."""
     import io
 
     printed = io.StringIO()
@@ -169,6 +172,11 @@ def _stdout_to_log(source: str):
         with contextlib.redirect_stdout(printed):
             yield
     finally:
+        loggers = [logging.getLogger(), *(value for value in logging.Logger.manager.loggerDict.values()
+                                          if isinstance(value, logging.Logger))]
+        for handler in (h for logger in loggers for h in logger.handlers):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is printed:
+                handler.setStream(sys.stdout)
         for line in printed.getvalue().splitlines():
             if line.strip():
                 log.info("%s: %s", source, line.strip(), extra={"file_only": True})

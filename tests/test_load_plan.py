@@ -620,3 +620,20 @@ def test_a_prequantized_checkpoint_computes_in_the_plans_dtype(tmp_path):
     model, _ = load_model(config, "transformers", "transformers", plan)
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert layers and {m.compute_dtype for m in layers} == {torch.float16}
+
+
+def test_a_logger_set_up_while_the_loader_prints_to_the_log_keeps_the_real_stdout(capsys):
+    """vLLM (started inside Unsloth's from_pretrained by fast_inference) binds a StreamHandler to sys.stdout when it is
+    imported; the loader's stdout is a buffer for that block, and the handler must outlive it."""
+    from grpokit.model_loader import _stdout_to_log
+
+    engine_log = logging.getLogger("an_engine_started_in_the_loader")
+    with _stdout_to_log("unsloth"):
+        print("Unsloth: a banner line")
+        engine_log.addHandler(logging.StreamHandler(sys.stdout))
+    try:
+        engine_log.warning("KV cache: 12 GiB")
+        out = capsys.readouterr().out
+        assert "KV cache: 12 GiB" in out and "banner" not in out
+    finally:
+        engine_log.handlers.clear()
