@@ -227,6 +227,13 @@ def unsloth_kwargs(config, cuda: bool = False) -> dict:
     attention = attn_implementation(config, cuda)
     if attention is not None:
         kwargs["attn_implementation"] = attention
+    if cuda and config.trl_args.get("fp16"):
+        # Unsloth loads in bf16 on a card that has it, and its trainer then refuses fp16 training of a bf16 model
+        # (unsloth/models/rl.py: "Model is in bfloat16 precision but you want to use float16 precision"): asked for
+        # fp16, the model loads in fp16.
+        import torch
+
+        kwargs["dtype"] = torch.float16
     if config.fast_inference:
         # vLLM inside the training process (GPU only), with Unsloth's documented GRPO settings.
         kwargs.update(fast_inference=True, gpu_memory_utilization=config.gpu_memory_utilization,

@@ -637,3 +637,19 @@ def test_a_logger_set_up_while_the_loader_prints_to_the_log_keeps_the_real_stdou
         assert "KV cache: 12 GiB" in out and "banner" not in out
     finally:
         engine_log.handlers.clear()
+
+
+def test_fp16_asked_for_on_an_ampere_card_loads_unsloths_model_in_fp16(monkeypatch):
+    """Unsloth's trainer refuses fp16 training of the bf16 model it loads by default on such a card (the check is read
+    from the installed unsloth/models/rl.py): asked for fp16, the model must load in fp16."""
+    import torch
+
+    from grpokit.model_loader import unsloth_kwargs
+
+    source = (SITE / "unsloth" / "models" / "rl.py").read_text()
+    assert "(bfloat16 and use_fp16): raise TypeError('Unsloth: Model is in bfloat16 precision" in source
+    config = _config(model_name="llama-3.1-8b", overrides=["fp16=true"])
+    assert not plan_load(config, A100, "unsloth").refusal and plan_load(config, A100, "unsloth").mixed_precision == "fp16"
+    assert unsloth_kwargs(config, cuda=True)["dtype"] is torch.float16
+    assert "dtype" not in unsloth_kwargs(_config(model_name="llama-3.1-8b"), cuda=True)  # Unsloth's own choice
+    assert "dtype" not in unsloth_kwargs(config, cuda=False)  # its CPU backend picks its own
