@@ -514,6 +514,9 @@ class GRPOTrainer:
                         stop.phase = "saving"
                         self.save_model()
                         trainer.save_state()  # trainer_state.json: --eval-only labels the adapter with its step
+                        if trainer.is_world_process_zero():  # the finished run's effective config, as at its end
+                            (out / RUN_CONFIG).write_text(json.dumps(_config_dict(self.config), indent=2,
+                                                                     default=str) + "\n")
                         raise Interrupted(
                             f"{stopped.signal_name} during the final evaluation: training finished at step "
                             f"{trainer.state.global_step} and the adapter is saved in {out}; evaluate it with "

@@ -32,6 +32,7 @@ def test_ctrl_c_during_the_final_evaluation_keeps_the_finished_run(tmp_path):
     assert "resume with" not in result.stderr and "Run failed" not in result.stderr and "Traceback" not in result.stderr
     assert (out / "adapter_model.safetensors").exists()
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert json.loads((out / "run_config.json").read_text())["max_steps"] == 2  # the finished run's config
     # the line's own advice works, and the adapter is labelled with the step it was trained to (not step 0)
     evaluated = run(*RUN, "--output-dir", str(out), "--eval-only", "--resume-from-checkpoint", str(out))
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
