@@ -42,13 +42,14 @@ def _torchrun(*args: str, timeout: int = 900, script: str = "train_grpo.py") -> 
 
 def test_two_process_torchrun_run(tmp_path):
     """Evaluated and saved every step with the best checkpoint chosen by the greedy generation log, which only rank 0
-    writes: every rank must take the same decision (a new best makes transformers wait at a barrier in the save).
-    Dynamic sampling on: its extra generation rounds are decided from gathered rewards, the same on every rank."""
+    writes: every rank must take the same decision (a new best makes transformers wait at a barrier in the save, and
+    the best model is reloaded at the end by every rank, a collective under ZeRO-3 / FSDP). Dynamic sampling on: its extra generation rounds are decided from gathered rewards, the same on every rank."""
     out = tmp_path / "run"
     result = _torchrun("--quick-test", "--max-steps", "2", "--set", "per_device_train_batch_size=4",
                        "--set", "per_device_eval_batch_size=4", "--max-generation-samples", "2",
                        "--set", "best_metric=greedy_reward", "--set", "eval_steps=1", "--set", "save_steps=1",
-                       "--set", "dynamic_sampling=true", "--output-dir", str(out))
+                       "--set", "dynamic_sampling=true", "--set", "load_best_model_at_end=true",
+                       "--output-dir", str(out))
     assert result.returncode == 0, result.stderr[-4000:]
     # both ranks reached the same global step
     assert "rank 0 of 2 finished at global step 2" in result.stderr
