@@ -161,6 +161,9 @@ def main(
             return
         if quick_test and production:
             raise UsageError("--quick-test and --production are two different presets: choose one.")
+        if preset and (quick_test or production):  # one of them would be dropped without a word
+            raise UsageError(f"--preset {preset} and --{'quick-test' if quick_test else 'production'} are two "
+                             "different presets: choose one.")
         chosen_preset = "quick_test" if quick_test else "production" if production else preset or "default"
         flags = {
             "model_name": model, "load_in_4bit": load_in_4bit, "lora_r": lora_r, "backend": backend,
