@@ -29,15 +29,15 @@ def test_group_size_and_num_generations_in_one_file(cli, tmp_path):
     assert "'group_size' and 'num_generations' are the same setting" in line and "give one" in line
 
 
-@pytest.mark.parametrize("name, text", [
-    ("run.yaml", "learning_rate: 1.0e-5\nmax_steps: 2\nlearning_rate: 2.0e-5\n"),
-    ("run.json", '{"learning_rate": 1e-5, "max_steps": 2, "learning_rate": 2e-5}'),
-])
 def test_two_presets_named(cli, tmp_path):
     line = refused(cli, tmp_path, "--preset", "learn_arithmetic")  # besides the --quick-test refused() passes
     assert "--preset learn_arithmetic and --quick-test are two different presets: choose one." in line
 
 
+@pytest.mark.parametrize("name, text", [
+    ("run.yaml", "learning_rate: 1.0e-5\nmax_steps: 2\nlearning_rate: 2.0e-5\n"),
+    ("run.json", '{"learning_rate": 1e-5, "max_steps": 2, "learning_rate": 2e-5}'),
+])
 def test_a_key_given_twice_in_a_config_file(cli, tmp_path, name, text):
     line = refused(cli, tmp_path, "--config", write(tmp_path / name, text))
     assert "'learning_rate' is given twice" in line
