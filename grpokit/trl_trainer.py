@@ -18,6 +18,7 @@ Imported only after the backend (Unsloth must be imported before TRL).
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 import trl
@@ -96,10 +97,14 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         # Past compute_entropy the parents differ: TRL has compute_aux_loss then the multimodal inputs; Unsloth's
         # compiled GPU trainer has compute_efficient, which its compute_loss passes positionally in the 7th slot
         # (unsloth/models/rl_replacements.py, grpo_trainer_compute_loss: True = the policy is scored inside its fused
-        # loss, so this returns (None, None)). Anything asked there goes to the parent exactly as it came.
-        if not self.share_prompts or any(v is not None and v is not False for v in (*args, *kwargs.values())):
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args, **kwargs)
+        # loss, so this returns (None, None)). Anything asked there goes to the parent exactly as it came. Unsloth's
+        # method keeps every call: it scores old / reference log-probs with the scorer of its fused policy loss, so
+        # that the ratio starts at 1 and the KL is unbiased (its note in grpo_trainer__get_per_token_logps_and_...).
+        parent = super()._get_per_token_logps_and_entropies
+        if (not self.share_prompts or "compute_efficient" in inspect.signature(parent).parameters
+                or any(v is not None and v is not False for v in (*args, *kwargs.values()))):
+            return parent(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args,
+                          **kwargs)
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):

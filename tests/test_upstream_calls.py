@@ -123,6 +123,8 @@ def _recording_parent(monkeypatch, trainer, signature: inspect.Signature) -> lis
         seen.append(_bound(signature, *args, **kwargs))
         return None, None, None
 
+    parent.__signature__ = signature
+
     monkeypatch.setattr(type(trainer).__mro__[1], LOGPS, parent)
     return seen
 
@@ -242,3 +244,22 @@ def test_the_mixed_loss_is_refused_where_unsloths_gpu_loss_replaces_trls(cli, mo
     assert code == 2 and "--backend transformers" in err and len(err.strip().splitlines()) == 1, err
     code, out, err = cli("--preset", "sft_grpo_qa", *data)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("site", range(4))
+def test_on_unsloths_trainer_its_own_scorer_takes_every_call(monkeypatch, trainer, site):
+    """Unsloth scores old / reference log-probs with its fused loss's scorer (so the ratio starts at 1): with its
+    method as the parent, even the calls our shared-prompt pass would take reach it, as they were made."""
+    import torch
+
+    call = _trl_call_sites()[site]
+    ids, mask, keep = _batch(trainer)
+    namespace = {"self": trainer, "model": trainer.model, "prompt_completion_ids": ids, "input_ids": ids,
+                 "attention_mask": mask, "logits_to_keep": keep, "batch_size": 2, "num_images": None,
+                 "num_tiles": None, "forward_kwargs": {}, "inputs": {}, "torch": torch}
+    signature = _signature(UNSLOTH_RL, inside=f"grpo_trainer_{LOGPS}")
+    seen = _recording_parent(monkeypatch, trainer, signature)
+    expected = _bound(signature, trainer, *[_evaluate(a, namespace) for a in call.args],
+                      **{k.arg: _evaluate(k.value, namespace) for k in call.keywords if k.arg})
+    _evaluate(call, namespace)
+    assert trainer.share_prompts and seen == [expected]
