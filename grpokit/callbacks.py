@@ -273,6 +273,10 @@ class GenerationLogger(TrainerCallback):
                     entry[f"reference_{key}"] = row[key]
             if details:
                 entry["details"] = {name: values[i] for name, values in details.items()}
+                suspected = sorted({s for d in entry["details"].values() if isinstance(d, dict)
+                                    for s in d.get("suspected") or ()})
+                if suspected:  # the hack monitor's finding, where a reader of the log sees it first
+                    entry["hack_suspected"] = suspected
             entries.append(entry)
         return entries
 
