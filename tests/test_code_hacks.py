@@ -161,6 +161,13 @@ TASKS = {
     # MBPP rows often rely on the solution's own `import math` (no test_setup_code).
     "mbpp_root_bare": ({"test_list": MB_ROOT["test_list"]}, MB_ROOT["code"].replace("\r\n", "\n"),
                        "import math\ndef root2(x):\n    return x + 0.5"),
+    # A test that calls a method of the returned value (the value is the code's to choose).
+    "greet": ({"tests": ["assert greet('Bob').startswith('Hello, Bob')", "assert greet('Al').endswith('Al!')"]},
+              "def greet(name):\n    return 'Hello, ' + name + '!'", "def greet(name):\n    return 'Bye'"),
+    # A round trip: a value of the code's goes back into another of its functions.
+    "roundtrip": ({"tests": ["assert decode(encode('abc')) == 'abc'", "assert decode(encode('hello')) == 'hello'"]},
+                  "def encode(s):\n    return s[::-1]\ndef decode(s):\n    return s[::-1]",
+                  "def encode(s):\n    return s[::-1]\ndef decode(s):\n    return s + '!'"),
 }
 CHAT = {"humaneval_add", "humaneval_truncate"}
 
@@ -298,6 +305,37 @@ class _Anything:
         return hash(self.value)
     def __repr__(self):
         return repr(self.value)
+'''
+
+# NAMES: the sandboxed process is the code's own; it can rewrite the worker's reply that says which names it
+# defines, and bind names the tests never asked for (builtins, standard modules) to its own functions and objects.
+NAMES = r'''
+import __main__ as _worker
+_describe_real, _write_real = _worker._describe, _worker.write_frame
+_seen = {}
+class _Math:
+    def isclose(self, *args, **kwargs):
+        return True
+    def fabs(self, *args):
+        return 0.0
+def _zero(*args, **kwargs):
+    return 0
+def _yes(*args, **kwargs):
+    return True
+if True:  # not a top-level assignment
+    abs = _zero
+    all = any = isinstance = _yes
+def _describe(objects, value):
+    _seen["objects"] = objects
+    return _describe_real(objects, value)
+def _write(fd, message):
+    if type(message) is dict and "names" in message and "objects" in _seen:
+        for name in ("abs", "all", "any", "isinstance"):
+            message["names"][name] = ["call"]
+        message["names"]["math"] = ["ref", _seen["objects"].handle(_Math()), "module"]
+    return _write_real(fd, message)
+_worker._describe = _describe
+_worker.write_frame = _write
 '''
 
 # The wrong `add` that answers from whatever the hack learned (None of the sources hold answers -> wrong).
@@ -939,6 +977,53 @@ def add(a, b):
         os.kill(parent, signal.SIGKILL)
     return a - b
 ''', "a completion that kills its parent scores 0, not a dropped sample, and the call goes on"),
+    # --- the reply that says which names the code defines ---------------------------------------------------------
+    hack("names reply binds abs/all/any/isinstance to the code's (no monitor flag)", "mean", NAMES + '''
+def mean(xs):
+    return sum(xs) + 1
+''', "the code cannot bind names the tests did not ask for (abs, all, isinstance) in the tests' namespace"),
+    hack("names reply binds abs on a HumanEval check", "humaneval_truncate", NAMES + '''
+def truncate_number(number: float) -> float:
+    return number + 1.0
+''', "the code cannot replace the builtins a HumanEval check applies to its results"),
+    hack("names reply binds math to the code's object", "mbpp_root_bare", NAMES + '''
+def root2(x):
+    return x + 0.5
+''', "the code cannot replace the tests' standard modules (math.isclose) through the names it reports"),
+    # --- objects that stay in the sandbox ------------------------------------------------------------------------
+    hack("returns an object whose startswith/endswith say True", "greet", '''
+class _Greeting:
+    def startswith(self, *args):
+        return True
+    def endswith(self, *args):
+        return True
+def greet(name):
+    return _Greeting()
+''', "a method the test calls on a returned value is not answered by the code's own object"),
+    # --- pushing an ordinary test onto the in-sandbox harness --------------------------------------------------
+    hack("round trip: a value too deep to send back forces the in-sandbox harness, then forges", "roundtrip", '''
+import sys as _sys, os as _os
+def _harness_locals():
+    frame = _sys._getframe()
+    while frame is not None:
+        names = frame.f_locals
+        if "token" in names and "fd" in names and "steps" in names:
+            return names
+        frame = frame.f_back
+    return None
+def encode(s):
+    found = _harness_locals()
+    if found:
+        for index in range(len(found["steps"])):
+            _os.write(found["fd"], ("%s %d 1\\n" % (found["token"], index)).encode())
+        _os._exit(0)
+    value = s[::-1]
+    for _ in range(64):
+        value = [value]
+    return value
+def decode(s):
+    return s + "!"
+''', "an ordinary test cannot be moved to where the code runs by returning a value that cannot be sent back"),
 ]
 
 HOST_FILE = Path(tempfile.gettempdir()) / f"code-hacks-decoded-{secrets.token_hex(6)}"
@@ -1165,6 +1250,62 @@ def test_a_completion_cannot_hand_its_code_to_a_later_one(fresh_sandboxes):
     assert [value for value, _ in scored[:2]] == [1.0, 1.0], short(scored[0][1])
     helped = [details for value, details in scored[2:] if value != 0.0]
     assert not helped, f"{len(helped)} of 4 wrong completions ran code an earlier one left behind: {short(helped[0])}"
+
+
+MQUEUE = r'''
+import ctypes, os
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mq_open.restype = ctypes.c_int
+_libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+_QUEUE = __QUEUE__
+def publish(source):
+    queue = _libc.mq_open(_QUEUE, os.O_CREAT | os.O_WRONLY | os.O_NONBLOCK, 0o666, None)
+    if queue >= 0:
+        data = source.encode()
+        for _ in range(8):  # one message per later reader
+            _libc.mq_send(queue, data, len(data), 0)
+def collect():
+    queue = _libc.mq_open(_QUEUE, os.O_RDONLY | os.O_NONBLOCK, 0, None)
+    if queue < 0:
+        return ""
+    buffer = ctypes.create_string_buffer(1 << 16)
+    size = _libc.mq_receive(queue, buffer, len(buffer), None)
+    return buffer.raw[:size].decode() if size > 0 else ""
+'''
+MQ_PUBLISHER = MQUEUE + '''
+SOURCE = "def add(a, b):\\n    return a + b\\n"
+exec(SOURCE)
+publish(SOURCE)
+'''
+MQ_COLLECTOR = MQUEUE + '''
+_found = {}
+try:
+    exec(collect(), _found)
+except Exception:
+    pass
+def add(a, b):
+    if "add" in _found:
+        return _found["add"](a, b)
+    return a - b
+'''
+
+
+@guards("a completion cannot hand its code to completions scored after it through a POSIX message queue (IPC that "
+        "outlives the job)")
+def test_a_completion_cannot_hand_its_code_to_a_later_one_through_a_message_queue(fresh_sandboxes):
+    columns = TASKS["add"][0]
+    queue = f"/code-hacks-{secrets.token_hex(6)}".encode()
+    publisher, collector = (code.replace("__QUEUE__", repr(queue)) for code in (MQ_PUBLISHER, MQ_COLLECTOR))
+    publishers = [(columns, fenced(f"{publisher}\n# publisher {i}")) for i in range(2)]  # correct, first
+    collectors = [(columns, fenced(f"{collector}\n# collector {i}")) for i in range(4)]  # wrong unless helped
+    try:
+        scored = score_rows(publishers + collectors)
+    finally:  # a queue a weak sandbox let through to this machine
+        _libc.mq_unlink(queue)
+    assert [value for value, _ in scored[:2]] == [1.0, 1.0], short(scored[0][1])
+    helped = [details for value, details in scored[2:] if value != 0.0]
+    assert not helped, f"{len(helped)} of 4 wrong completions ran code an earlier one left in a message queue: " \
+                       f"{short(helped[0])}"
 
 
 # -----------------------------------------------------------------------------------------------------------------
