@@ -369,7 +369,31 @@ def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | Non
         with _staged_dir(target) as partial:
             merged.save_pretrained(partial, safe_serialization=True)
             tokenizer.save_pretrained(partial)
+            byte_level_tokenizer(partial)
     return target
+
+
+def byte_level_tokenizer(model_dir: Path) -> bool:
+    """Make a byte-level BPE tokenizer.json say so plainly; returns whether it changed one.
+
+    transformers rebuilds a GGUF's GPT-2-style tokenizer (the embedded SmolLM2's) with SentencePiece's byte fallback
+    and decoder chain around the byte-level pre-tokenizer. Encoding is the same (llama.cpp's check hash is
+    SmolLM's), but llama.cpp's converter takes such a file for a SentencePiece vocabulary, and the GGUF then prints
+    every space as 'Ġ'. The byte-level decoder without the fallback decodes the same text in transformers and makes
+    the converter write the 'gpt2' vocabulary with SmolLM's pre-tokenizer."""
+    path = Path(model_dir) / "tokenizer.json"
+    if not path.is_file():
+        return False
+    data = json.loads(path.read_text(encoding="utf-8"))
+    model, decoder = data.get("model") or {}, data.get("decoder") or {}
+    steps = [d.get("type") for d in decoder.get("decoders") or []]
+    if not (model.get("type") == "BPE" and model.get("byte_fallback") and "ByteLevel" in steps
+            and "ByteLevel" in json.dumps(data.get("pre_tokenizer"))):
+        return False
+    model["byte_fallback"] = False
+    data["decoder"] = next(d for d in decoder["decoders"] if d.get("type") == "ByteLevel")
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
+    return True
 
 
 def _checkpoint_dtype(model_dir: Path):
@@ -500,6 +524,9 @@ class _staged_dir:
             shutil.rmtree(self.partial, ignore_errors=True)
             return False
         os.chmod(self.partial, 0o777 & ~_umask())
+        for written in self.partial.rglob("*"):  # some writers create their files 0600
+            if written.is_file():
+                os.chmod(written, 0o666 & ~_umask())
         old = None
         if self.target.exists():
             old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
@@ -746,9 +773,19 @@ def _merged_gguf(adapter_dir: Path, base_dir: Path, target: Path, quant: str) ->
 
 
 def _base_gguf(base_dir: Path, target: Path, quant: str) -> Path:
+    """The base alone (for Ollama's FROM beside an ADAPTER): its files linked into a scratch directory, so its
+    tokenizer can be made plain for llama.cpp without touching the original."""
     scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".base-"))
     try:
-        return _to_gguf(base_dir, target, quant, scratch)
+        linked = scratch / "model"
+        linked.mkdir()
+        for item in base_dir.iterdir():
+            if item.name == "tokenizer.json":
+                shutil.copy(item, linked / item.name)
+            else:
+                (linked / item.name).symlink_to(item.resolve())
+        byte_level_tokenizer(linked)
+        return _to_gguf(linked, target, quant, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -766,7 +803,8 @@ def _lora_gguf(adapter_dir: Path, base_dir: Path, target: Path) -> Path:
     """The adapter as a GGUF LoRA (f32 tensors, q/k rows in llama.cpp's order): the engine's own writer, given a PEFT
     model of the base with this adapter."""
     import torch
-    from peft import PeftModel
+    from peft import PeftModel, set_peft_model_state_dict
+    from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from grpokit.gguf_export import SUPPORTED_ARCHITECTURES, model_architecture, write_lora_gguf
@@ -779,7 +817,15 @@ def _lora_gguf(adapter_dir: Path, base_dir: Path, target: Path) -> Path:
         model_config = AutoConfig.from_pretrained(base_dir)
         with torch.device("meta"):  # the adapter's tensors are all the writer reads: no base weights in memory
             base = AutoModelForCausalLM.from_config(model_config)
-        model = PeftModel.from_pretrained(base, adapter_dir, low_cpu_mem_usage=True)
+            model = PeftModel.from_pretrained(base, adapter_dir)
+        for module in model.modules():  # only the LoRA matrices get memory, then the adapter's values
+            for name in ("lora_A", "lora_B"):
+                if isinstance(getattr(module, name, None), torch.nn.ModuleDict):
+                    getattr(module, name).to_empty(device="cpu")
+        loaded = set_peft_model_state_dict(model, load_file(str(adapter_dir / ADAPTER_FILES[1])))
+        if getattr(loaded, "unexpected_keys", None):
+            raise UsageError(f"{adapter_dir}: the adapter does not fit the base model {base_dir} "
+                             f"({len(loaded.unexpected_keys)} unexpected tensors): pass the right --base-model.")
         heads = model_config.num_attention_heads
         with _staged_file(target) as partial:
             write_lora_gguf(model, partial, architecture, heads, getattr(model_config, "num_key_value_heads", heads))
