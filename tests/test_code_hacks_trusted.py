@@ -109,6 +109,11 @@ HUGE_COMPOSITE = "def next_prime(n):\n    return ((1 << 61) - 1) * ((1 << 89) - 
 RIGHT_PRIME = ("def next_prime(n):\n    n += 1\n    while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):\n"
                "        n += 1\n    return n\n")
 
+# A callable of the standard library the tests hand over as a callback: the code calls it here with an argument of
+# its choosing (a factorial of 10**8 runs for minutes, in C, holding the GIL).
+FACTORIAL_TESTS = ["import math\nassert apply(math.factorial, 5) == 120", "assert apply(abs, -3) == 3"]
+FACTORIAL_CALLER = "def apply(f, x):\n    f(10 ** 8)\n    return f(x) + 1\n"
+
 # Attacks the design already answers (kept as regressions): half a frame then silence, a flood on the channel, a
 # callback called 100,000 times or from a thread after the call returned, exceptions named like BaseExceptions.
 TRICKLE = r'''
@@ -162,12 +167,15 @@ CASES = {
     "colliding_names": [(COLLIDING_NAMES, ADD_TESTS), (RIGHT_ADD, ADD_TESTS), (WRONG_ADD, ADD_TESTS)],
     "prime_checker": [(HUGE_COMPOSITE, PRIME_TESTS), (RIGHT_PRIME, PRIME_TESTS),
                       ("def next_prime(n):\n    return n + 2\n", PRIME_TESTS[:2])],
+    "builtin_callback": [(FACTORIAL_CALLER, FACTORIAL_TESTS), ("def apply(f, x):\n    return f(x)\n", FACTORIAL_TESTS),
+                         ("def apply(f, x):\n    return f(x) + 1\n", FACTORIAL_TESTS)],
     "answered": [(TRICKLE, ADD_TESTS), (FLOOD, ADD_TESTS), (CALLBACK_STORM, CALLBACK_TESTS),
                  (CALLBACK_LATER, CALLBACK_TESTS), (NAMED_LIKE_BASE, CALLBACK_TESTS),
                  (RIGHT_APPLY, CALLBACK_TESTS), (WRONG_APPLY, CALLBACK_TESTS)],
 }
 # [hostile..., right control, wrong control] per case: what each must score
 EXPECTED = {"colliding_set": [0.0, 1.0, 0.0], "colliding_names": [0.0, 1.0, 0.0], "prime_checker": [0.0, 1.0, 0.0],
+            "builtin_callback": [0.0, 1.0, 0.0],
             "answered": [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]}
 
 
@@ -204,6 +212,12 @@ def test_a_names_reply_with_colliding_keys_does_not_hang_the_call(children):
         "the time limit")
 def test_a_checker_of_the_tests_on_a_huge_value_is_bounded_by_the_time_limit(children):
     _check("prime_checker", children)
+
+
+@guards("a standard-library callable the tests pass as a callback, called by the code with a huge argument, is "
+        "bounded by the time limit")
+def test_a_library_callback_called_with_a_huge_argument_is_bounded_by_the_time_limit(children):
+    _check("builtin_callback", children)
 
 
 @guards("half a frame, a flood on the channel, a callback storm, a callback from a thread after the call returned, "
