@@ -145,8 +145,10 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 def interpreter() -> str:
-    """The real interpreter behind this one (a venv's python is a link to it): run with -I -S, stdlib only."""
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    """The interpreter the sandbox runs (with -I -S: stdlib only): GRPO_SANDBOX_PYTHON, else the real interpreter
+    behind this one (a venv's python is a link to it)."""
+    return os.path.realpath(os.environ.get("GRPO_SANDBOX_PYTHON") or getattr(sys, "_base_executable", None)
+                            or sys.executable)
 
 
 def _mounts() -> list[tuple[str, str]]:
@@ -529,12 +531,16 @@ def acquire(limits: Limits = Limits()):
 
 
 def shutdown() -> None:
-    """Close every idle sandbox (at exit; tests that count processes)."""
+    """Close every idle sandbox and helper process (at exit; tests that want fresh ones)."""
     with _LOCK:
         boxes = [box for idle in _IDLE.values() for box in idle]
         _IDLE.clear()
+        helpers = list(_TRUSTED_IDLE)
+        _TRUSTED_IDLE.clear()
     for box in boxes:
         box.close()
+    for helper in helpers:
+        helper.close()
 
 
 atexit.register(shutdown)
@@ -749,6 +755,113 @@ def serve(limits: Limits = Limits()):
             yield session
         finally:
             session.result = session.job.finish()
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# The trusted side's own process: where the tests run on the code's answers
+# -----------------------------------------------------------------------------------------------------------------
+
+_TRUSTED_MAIN = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from grpokit.sandbox import trusted_main
+trusted_main()
+"""
+TRUSTED_MEMORY_MB = 4096
+
+
+def trusted_main() -> None:
+    """A helper process's loop: read {"target": "module:function", "payload": {...}} frames, answer each with
+    {"ok": result} or {"error": ...} (a SandboxError) or {"crash": ...}. Frames go over a copy of stdout; the real
+    stdout goes to stderr, so nothing a library prints can corrupt them."""
+    import importlib
+    import resource
+
+    out = os.dup(1)
+    os.dup2(2, 1)
+    try:  # a bomb of the code's data (a huge int in a test's arithmetic) ends here as MemoryError
+        limit = TRUSTED_MEMORY_MB << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ValueError, OSError):
+        pass
+    while True:
+        try:
+            message = read_frame(0)
+        except (OSError, ValueError):
+            return
+        if message is None:
+            return
+        try:
+            module, function = message["target"].split(":")
+            answer = {"ok": getattr(importlib.import_module(module), function)(**message["payload"])}
+        except SandboxError as err:
+            answer = {"error": str(err)[:500]}
+        except BaseException as err:  # noqa: BLE001 (whatever the code's data did to the tests: reported, not fatal)
+            answer = {"crash": f"{type(err).__name__}: {str(err)[:300]}"}
+        try:
+            write_frame(out, answer)
+        except (OSError, ValueError, TypeError):
+            write_frame(out, {"crash": "unserialisable answer"})
+
+
+class _Trusted:
+    """A helper process that runs the tests on the code's answers, and holds the sandboxes it uses. Hostile data
+    can slow it, fill its memory or crash it, never the trainer: the caller waits on a pipe (without the GIL) and
+    kills it at the deadline."""
+
+    def __init__(self):
+        root = str(Path(__file__).resolve().parent.parent)
+        self.process = subprocess.Popen([sys.executable, "-c", _TRUSTED_MAIN, root], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def call(self, target: str, payload: dict, seconds: float) -> dict | None:
+        try:
+            write_frame(self.process.stdin.fileno(), {"target": target, "payload": payload})
+        except OSError:
+            return None
+        fd = self.process.stdout.fileno()
+        ready, _, _ = select.select([fd], [], [], seconds)
+        if not ready:
+            return None
+        try:
+            answer = read_frame(fd)
+        except (OSError, ValueError):
+            return None
+        return answer if isinstance(answer, dict) else None
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+_TRUSTED_IDLE: list[_Trusted] = []
+
+
+def trusted_call(target: str, payload: dict, seconds: float) -> dict | None:
+    """`target(**payload)` ("module:function") in a helper process of the pool; its answer ({"ok"}, {"error"},
+    {"crash"}), or None when it ran past `seconds` or died (then it is killed, with the sandboxes it held)."""
+    with _LOCK:
+        worker = _TRUSTED_IDLE.pop() if _TRUSTED_IDLE else None
+    if worker is None or worker.process.poll() is not None:
+        worker = _Trusted()
+    answer = worker.call(target, payload, seconds)
+    if answer is None:
+        worker.close()
+        return None
+    with _LOCK:
+        _TRUSTED_IDLE.append(worker)
+    return answer
 
 
 __all__ = ["Limits", "Execution", "SandboxError", "Sandbox", "Session", "acquire", "serve", "run_python",

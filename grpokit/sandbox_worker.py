@@ -36,13 +36,17 @@ class NotPlainData(ValueError):
     """A value that is not plain data (a generator, an instance of the program's own class, a subclass)."""
 
 
+class TooLarge(NotPlainData):
+    """Plain data nested deeper than MAX_DEPTH or holding more than MAX_ITEMS items."""
+
+
 def encode(value, depth=0, budget=None, other=None):
     """Plain data -> JSON-able tagged lists. Raises NotPlainData for anything else, unless `other(value)` gives
     a tagged list for it (the caller's handles: a callback, a remote object)."""
     budget = budget if budget is not None else [MAX_ITEMS]
     budget[0] -= 1
     if depth > MAX_DEPTH or budget[0] < 0:
-        raise NotPlainData("nested too deep or too large")
+        raise TooLarge("nested too deep or too large")
     kind = type(value)
     if value is None:
         return ["N"]
@@ -70,11 +74,13 @@ def encode(value, depth=0, budget=None, other=None):
     raise NotPlainData(f"a {kind.__name__}, not plain data")
 
 
-def decode(data, depth=0, handles=None):
+def decode(data, depth=0, handles=None, budget=None):
     """Tagged lists -> builtin values; ValueError on anything malformed. `handles(tag, item)` resolves the
     sandbox side's extra tags ("cb": a callback of the tests, "r": an object of the code's): never on the trusted
     side, which builds builtin values or nothing."""
-    if depth > MAX_DEPTH or type(data) is not list or not data or type(data[0]) is not str:
+    budget = budget if budget is not None else [MAX_ITEMS]
+    budget[0] -= 1
+    if depth > MAX_DEPTH or budget[0] < 0 or type(data) is not list or not data or type(data[0]) is not str:
         raise ValueError("malformed plain data")
     tag, rest = data[0], data[1:]
     if tag == "N" and not rest:
@@ -92,20 +98,33 @@ def decode(data, depth=0, handles=None):
         if tag == "b" and type(item) is str:
             return base64.b64decode(item, validate=True)
         if tag in ("l", "t", "S", "F") and type(item) is list:
-            items = [decode(x, depth + 1, handles) for x in item]
+            items = [decode(x, depth + 1, handles, budget) for x in item]
+            if tag in ("S", "F"):
+                _no_collisions(items)
             return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
         if tag == "d" and type(item) is list:
-            pairs = {}
-            for pair in item:
-                if type(pair) is not list or len(pair) != 2:
-                    raise ValueError("malformed plain data")
-                pairs[decode(pair[0], depth + 1, handles)] = decode(pair[1], depth + 1, handles)
-            return pairs
+            if any(type(pair) is not list or len(pair) != 2 for pair in item):
+                raise ValueError("malformed plain data")
+            keys = [decode(pair[0], depth + 1, handles, budget) for pair in item]
+            _no_collisions(keys)
+            return dict(zip(keys, (decode(pair[1], depth + 1, handles, budget) for pair in item), strict=True))
         if tag in ("cb", "r") and type(item) is int and handles is not None:
             return handles(tag, item)
     if tag == "c" and len(rest) == 2 and all(type(x) is str for x in rest):
         return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
     raise ValueError("malformed plain data")
+
+
+def _no_collisions(keys):
+    """Refuse a set or dict whose keys share hashes en masse (multiples of 2**61 - 1 all hash to 0): building it
+    would take quadratic time, minutes for 200,000 keys."""
+    if len(keys) > 1000:
+        try:
+            distinct = len({hash(k) for k in keys})
+        except TypeError:
+            raise ValueError("unhashable key") from None
+        if distinct < 0.9 * len(keys):
+            raise ValueError("keys with colliding hashes")
 
 
 def write_frame(fd, message):
@@ -150,20 +169,20 @@ _ARCHES = {
         "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 312,
-        "personality": 135}, 56, 435),
+        "personality": 135, "mq_open": 240}, 56, 435),
     "aarch64": (0xC00000B7, 0, {
         "unshare": 97, "setns": 268, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
         "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
         "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 272,
-        "personality": 92}, 220, 435),
+        "personality": 92, "mq_open": 180}, 220, 435),
 }
 
 
 def seccomp_program(machine):
-    """The filter as a list of (code, jt, jf, k): kill on a foreign arch, EPERM for the denied calls and for clone
-    with namespace flags, ENOSYS for clone3 (so libc falls back to clone, whose flags can be checked)."""
+    """The filter as a list of (code, jt, jf, k): kill on a foreign arch, EPERM for the denied calls (POSIX message
+    queues among them: they would outlive a job) and for clone with namespace flags, ENOSYS for clone3 (so libc falls back to clone, whose flags can be checked)."""
     arch, x32, denied, clone, clone3 = _ARCHES[machine]
     ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
@@ -367,8 +386,9 @@ class _Objects:
     """The code's objects the trusted side holds handles to (an instance its class made, a generator), and the
     tests' callbacks the code may call: each call of one asks the trusted side over the job's pipes."""
 
-    def __init__(self):
+    def __init__(self, namespace):
         self.table = {}
+        self.namespace = namespace
 
     def handle(self, value):
         if len(self.table) >= 100_000:
@@ -384,12 +404,16 @@ class _Objects:
 
         def callback(*args, **kwargs):  # a function of the tests: it runs on the trusted side
             write_frame(3, {"callback": item, "args": encode(list(args)), "kwargs": encode(kwargs)})
-            answer = read_frame(0)
-            if answer is None:
-                os._exit(1)
-            if "value" in answer:
-                return decode(answer["value"])
-            raise RuntimeError(str(answer.get("message", "the callback failed")))
+            while True:  # the callback may call the code's functions in turn: serve those until its answer
+                answer = read_frame(0)
+                if answer is None:
+                    os._exit(1)
+                if "op" in answer:
+                    _handle(self.namespace, self, answer)
+                    continue
+                if "value" in answer:
+                    return decode(answer["value"])
+                raise RuntimeError(str(answer.get("message", "the callback failed")))
 
         return callback
 
@@ -405,6 +429,8 @@ class _Objects:
 
 
 def _describe(objects, value):
+    if isinstance(value, type):
+        return ["class"]
     if callable(value):
         return ["call"]
     try:
@@ -414,11 +440,10 @@ def _describe(objects, value):
 
 
 def _serve():
-    """Load the solution (the first request), then answer requests until stdin closes: which names the code
-    defines, calls of its functions (or of its objects' methods), attributes and str() of its objects."""
+    """Load the solution (the first request), then answer requests until stdin closes."""
     request = read_frame(0)
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    objects = _Objects()
+    objects = _Objects(namespace)
     try:
         exec(compile(request["solution"], "solution.py", "exec"), namespace)
     except BaseException as err:
@@ -429,39 +454,48 @@ def _serve():
         request = read_frame(0)
         if request is None:
             return
-        op = request["op"]
-        if op == "names":
-            write_frame(3, {"names": {name: (_describe(objects, namespace[name]) if name in namespace
-                                             else ["missing"]) for name in request["names"]}})
-            continue
+        _handle(namespace, objects, request)
+
+
+def _handle(namespace, objects, request):
+    """Answer one request: which names the code defines, a call of its function (or of an object's method), an
+    attribute, str / repr / iteration / len / truth of an object, isinstance of an object and a class."""
+    op = request.get("op")
+    if op == "names":
+        write_frame(3, {"names": {name: (_describe(objects, namespace[name]) if name in namespace else ["missing"])
+                                  for name in request["names"]}})
+        return
+    try:
+        if op == "call":
+            target = namespace[request["name"]]
+        else:
+            target = objects.table[request["ref"]]
+            if request.get("attr"):
+                target = getattr(target, request["attr"])
+        if op == "isinstance":
+            write_frame(3, {"value": encode(isinstance(target, namespace[request["name"]]))})
+            return
+        if op in ("getattr", "str", "repr", "iter", "len", "bool"):
+            value = {"getattr": lambda t: t, "str": str, "repr": repr, "iter": list, "len": len,
+                     "bool": bool}[op](target)
+            write_frame(3, objects.out(value))
+            return
+        args = decode(request["args"], handles=objects.resolve)
+        kwargs = decode(request["kwargs"], handles=objects.resolve)
+        value = target(*args, **kwargs)
+    except BaseException as err:
+        _reply_error(err, "raise")
+        return
+    try:
+        reply = objects.out(value)
+    except NotPlainData as err:
+        reply = {"unsupported": str(err)}
+    if request.get("mutable"):  # the arguments after the call: the trusted side applies in-place changes
         try:
-            if op == "call":
-                target = namespace[request["name"]]
-            else:
-                target = objects.table[request["ref"]]
-                if request.get("attr"):
-                    target = getattr(target, request["attr"])
-            if op in ("getattr", "str", "repr", "iter", "len", "bool"):
-                value = {"getattr": lambda t: t, "str": str, "repr": repr, "iter": list, "len": len,
-                         "bool": bool}[op](target)
-                write_frame(3, objects.out(value))
-                continue
-            args = decode(request["args"], handles=objects.resolve)
-            kwargs = decode(request["kwargs"], handles=objects.resolve)
-            value = target(*args, **kwargs)
-        except BaseException as err:
-            _reply_error(err, "raise")
-            continue
-        try:
-            reply = objects.out(value)
-        except NotPlainData as err:
-            reply = {"unsupported": str(err)}
-        if request.get("mutable"):  # the arguments after the call: the trusted side applies in-place changes
-            try:
-                reply["args"], reply["kwargs"] = encode(args), encode(kwargs)
-            except NotPlainData:
-                pass
-        write_frame(3, reply)
+            reply["args"], reply["kwargs"] = encode(args), encode(kwargs)
+        except NotPlainData:
+            pass
+    write_frame(3, reply)
 
 
 def _reply_error(err, key):

@@ -172,9 +172,13 @@ class _Remote:
                 return ["cb", len(callbacks) - 1]
             return None
 
+        from grpokit.sandbox_worker import TooLarge
+
         try:
             return sandbox.encode(value, other=other)
-        except (ValueError, RecursionError) as err:
+        except (TooLarge, RecursionError):  # the code's own answer, too big to send back: the test fails
+            raise CandidateError("data too large or too deeply nested to pass back") from None
+        except ValueError as err:
             raise Unsplittable(str(err)) from None
 
     def request(self, message: dict) -> Any:
@@ -197,7 +201,7 @@ class _Remote:
             return _Method(self, ref, name)
         return self.result(reply)
 
-    def result(self, reply: dict) -> Any:
+    def result(self, reply: dict, full: bool = False) -> Any:
         from grpokit import sandbox
 
         try:
@@ -206,14 +210,14 @@ class _Remote:
         except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
             raise CandidateError("returned malformed data") from None
         if "ref" in reply and type(reply["ref"]) is int:
-            return RemoteObject(self, reply["ref"], str(reply.get("type", "object"))[:60])
+            return RemoteObject(self, reply["ref"], str(reply.get("type", "object"))[:60], full)
         if "raise" in reply:
             raise _raised(reply["raise"], str(reply.get("message", ""))[:300])
         if "unsupported" in reply:
             raise CandidateError(f"returned {str(reply['unsupported'])[:100]}")
         raise SessionLost("malformed reply")
 
-    def call(self, message: dict, args: tuple, kwargs: dict) -> Any:
+    def call(self, message: dict, args: tuple, kwargs: dict, full_result: bool = False) -> Any:
         """A call of the code's function (or object): arguments out, result back, in-place changes of list /
         dict / set arguments applied to the tests' own objects."""
         from grpokit import sandbox
@@ -242,7 +246,7 @@ class _Remote:
             reply = self.session.request(answer)
         if reply is None:
             raise SessionLost("the completion's process ended")
-        value = self.result(reply)
+        value = self.result(reply, full_result)
         if mutable and "args" in reply:
             try:
                 for original, after in zip(args, sandbox.decode(reply["args"]), strict=False):
@@ -257,14 +261,20 @@ class _Remote:
 
 class Proxy:
     """Stands in, on the trusted side, for a function (or class) the completion defines: a call sends its
-    arguments to the sandbox and returns what comes back: plain data (exact builtin types, decoded strictly), or
-    a RemoteObject for anything else (an instance the code's class made)."""
+    arguments to the sandbox and returns what comes back: plain data (exact builtin types, decoded strictly), or a
+    RemoteObject (an instance the code's class made: its methods can be asked; anything else a function returns
+    that is not plain data is only iterated, measured or printed)."""
 
-    def __init__(self, remote: _Remote, name: str):
-        self._remote, self._name = remote, name
+    def __init__(self, remote: _Remote, name: str, is_class: bool = False):
+        self._remote, self._name, self._is_class = remote, name, is_class
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._remote.call({"op": "call", "name": self._name}, args, kwargs)
+        return self._remote.call({"op": "call", "name": self._name}, args, kwargs, full_result=self._is_class)
+
+    def __instancecheck__(self, instance: Any) -> bool:
+        if not (self._is_class and isinstance(instance, RemoteObject) and instance._remote is self._remote):
+            return False
+        return self._remote.request({"op": "isinstance", "ref": instance._ref, "name": self._name}) is True
 
     def __repr__(self) -> str:
         return f"<candidate {self._name}>"
@@ -276,15 +286,23 @@ class RemoteObject:
     data the code chose, as a returned value would be. Comparisons never leave this process (the other operand may
     be an expected value): it equals only itself, and `in` looks through the items it gave."""
 
-    def __init__(self, remote: _Remote, ref: int, kind: str):
-        self._remote, self._ref, self._kind = remote, ref, kind
+    def __init__(self, remote: _Remote, ref: int, kind: str, full: bool = False):
+        self._remote, self._ref, self._kind, self._full = remote, ref, kind, full
+
+    def _methods(self) -> None:
+        # An object a function returned is data or nothing: asking its methods would let the code's own object
+        # answer a test's `.startswith(EXPECTED)`. Only instances the tests make from the code's class are asked.
+        if not self._full:
+            raise CandidateError(f"returned a {self._kind}, not plain data")
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        self._methods()
         return self._remote.attribute(self._ref, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._methods()
         return self._remote.call({"op": "callref", "ref": self._ref, "attr": ""}, args, kwargs)
 
     def _ask(self, op: str, kind: type) -> Any:
@@ -312,6 +330,7 @@ class RemoteObject:
         return item in self._ask("iter", list)
 
     def __getitem__(self, key: Any) -> Any:
+        self._methods()
         return self._remote.call({"op": "callref", "ref": self._ref, "attr": "__getitem__"}, (key,), {})
 
     def __eq__(self, other: Any) -> bool:
@@ -401,14 +420,20 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         wanted.append(entry)
     calls = [0]
     remote = _Remote(session, deadline, calls)
-    for name, (kind, *value) in session.names(wanted).items():
+    described = session.names(wanted)
+    for name in wanted:  # only what was asked for, and never over a name the prompt or the tests' set-up bound
+        entry_or_free = name == entry or name not in namespace
+        found = described.get(name) if isinstance(described, dict) else None
+        if not entry_or_free or type(found) is not list or not found or type(found[0]) is not str:
+            continue
         try:
-            if kind == "call":
-                namespace[name] = Proxy(remote, name)
-            elif kind == "data":
-                namespace[name] = _decode(value[0])
-            elif kind == "ref" and type(value[0]) is int:
-                namespace[name] = RemoteObject(remote, value[0], str(value[1])[:60] if len(value) > 1 else "object")
+            if found[0] in ("call", "class"):
+                namespace[name] = Proxy(remote, name, is_class=found[0] == "class")
+            elif found[0] == "data":
+                namespace[name] = _decode(found[1])
+            elif found[0] == "ref" and type(found[1]) is int:
+                namespace[name] = RemoteObject(remote, found[1], str(found[2])[:60] if len(found) > 2 else "object",
+                                               full=True)
         except (ValueError, TypeError, IndexError, RecursionError, MemoryError, OverflowError):
             continue
     results: dict[int, bool] = {}
@@ -433,6 +458,55 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         if kind == "test":
             results[index] = ok
     return results, [i for i in unsplit if steps[i][0] == "test"], calls[0]
+
+
+JUDGE_GRACE = 5.0  # seconds past `timeout` for the tests' own work and a sandbox start
+
+
+def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: float, memory_mb: int) -> dict:
+    """One completion, in the helper process: load its code in a sandbox, run the tests here on its answers, the
+    tests that cannot be split in the sandbox's harness (with the time left). JSON-able for the way back."""
+    from grpokit import sandbox
+
+    steps = [(str(kind), str(source)) for kind, source in steps]
+    limits = sandbox.Limits(timeout=timeout, memory_mb=memory_mb)
+    start = time.monotonic()
+    log: list[str] = []
+    results: dict[int, bool] = {}
+    unsplit: list[int] = []
+    status = ""
+    with sandbox.serve(limits) as session:
+        loaded = session.load(code)
+        if loaded and loaded.get("loaded"):
+            results, unsplit, _ = judge(session, steps, entry, prefix, start + timeout, log)
+        elif loaded and "load" in loaded:
+            log.append(f"loading failed: {loaded['load']}: {loaded.get('message', '')}")
+            status = "exited before its tests" if loaded["load"] == "SystemExit" else \
+                f"crashed before its tests ({str(loaded['load'])[:60]})"
+        ended_early = session.ended or not (loaded and loaded.get("loaded"))
+    run = session.result
+    if run.timed_out:
+        status = "timeout"
+    elif ended_early and not status:
+        status = "exited before its tests" if run.returncode == 0 else f"crashed (exit code {run.returncode})"
+    left = timeout - (time.monotonic() - start)
+    if unsplit and status != "timeout":
+        if left <= 0.1:
+            status = "timeout"
+        else:  # the harness gets what is left of the time limit, not a second one
+            keep = set(unsplit) | {i for i, (kind, _) in enumerate(steps) if kind == "setup"}
+            harness_steps = [step if i in keep else ("skip", "") for i, step in enumerate(steps)]
+            token = secrets.token_hex(16)
+            fallback = sandbox.run_python(harness_program(code, harness_steps),
+                                          sandbox.Limits(timeout=left, memory_mb=memory_mb), f"3\n{token}\n".encode())
+            verdicts = count_passed(fallback.channel.decode("utf-8", "replace"), token, harness_steps)
+            results.update({i: verdicts.get(i, False) for i in unsplit})
+            log.append(fallback.stderr[-STDERR_TAIL:])
+            if fallback.timed_out:
+                status = "timeout"
+    stderr = "\n".join(x for x in (run.stderr.strip(), *log) if x)
+    return {"results": sorted(results.items()), "status": status, "stderr": clean_tail(stderr),
+            "unsplit": len(unsplit)}
 
 
 def _decode(data: Any) -> Any:
@@ -626,40 +700,23 @@ class CodeExecution(RewardComponent):
 
     def _local(self, code: str, steps: list[tuple[str, str]], entry: str,
                prefix: str) -> tuple[dict[int, bool], str, str, int]:
-        """({step: passed}, status ('' = by the tests), stderr, unsplit steps) with the local sandbox."""
+        """({step: passed}, status ('' = by the tests), stderr, unsplit steps) with the local sandbox. The tests
+        run in a helper process (grpokit/sandbox.py `trusted_call`), killed at the deadline: whatever the code's
+        answers make them do (a hash-colliding set, a huge number in a test's arithmetic), the trainer waits on a
+        pipe and goes on."""
         from grpokit import sandbox
 
-        limits = sandbox.Limits(timeout=self.timeout, memory_mb=self.memory_mb)
-        log: list[str] = []
-        results: dict[int, bool] = {}
-        unsplit: list[int] = []
-        status = ""
-        with sandbox.serve(limits) as session:
-            loaded = session.load(code)
-            if loaded and loaded.get("loaded"):
-                deadline = time.monotonic() + self.timeout
-                results, unsplit, _ = judge(session, steps, entry, prefix, deadline, log)
-            elif loaded and "load" in loaded:
-                log.append(f"loading failed: {loaded['load']}: {loaded.get('message', '')}")
-                status = "exited before its tests" if loaded["load"] == "SystemExit" else \
-                    f"crashed before its tests ({loaded['load']})"
-            ended_early = session.ended or not (loaded and loaded.get("loaded"))
-        run = session.result
-        if run.timed_out:
-            status = "timeout"
-        elif ended_early and not status:
-            status = "exited before its tests" if run.returncode == 0 else f"crashed (exit code {run.returncode})"
-        if unsplit and status != "timeout":
-            keep = {i for i in unsplit} | {i for i, (kind, _) in enumerate(steps) if kind == "setup"}
-            harness_steps = [step if i in keep else ("skip", "") for i, step in enumerate(steps)]
-            token = secrets.token_hex(16)
-            fallback = sandbox.run_python(harness_program(code, harness_steps), limits, f"3\n{token}\n".encode())
-            verdicts = count_passed(fallback.channel.decode("utf-8", "replace"), token, harness_steps)
-            results.update({i: verdicts.get(i, False) for i in unsplit})
-            log.append(fallback.stderr[-STDERR_TAIL:])
-            if fallback.timed_out:
-                status = "timeout"
-        return results, status, "\n".join(x for x in (run.stderr.strip(), *log) if x), len(unsplit)
+        payload = {"code": code, "steps": [list(step) for step in steps], "entry": entry, "prefix": prefix,
+                   "timeout": self.timeout, "memory_mb": self.memory_mb}
+        answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, self.timeout + JUDGE_GRACE)
+        if answer is None:
+            return {}, "timeout", "the tests on its answers ran past the time limit", 0
+        if "error" in answer:
+            raise SandboxError(answer["error"])
+        if "crash" in answer:
+            return {}, "failed", f"the tests could not judge its answers: {answer['crash']}", 0
+        out = answer["ok"]
+        return {int(i): bool(ok) for i, ok in out["results"]}, out["status"], out["stderr"], int(out["unsplit"])
 
     def _external(self, code: str, steps: list[tuple[str, str]]) -> tuple[dict[int, bool], str, str]:
         from grpokit import sandbox

@@ -155,9 +155,12 @@ def test_completions_run_in_parallel():
 
 
 def test_a_failing_sandbox_drops_the_sample(monkeypatch, tmp_path):
-    sandbox.shutdown()  # no warm sandbox in the pool: the next one must start, and cannot
-    monkeypatch.setattr(sandbox, "interpreter", lambda: str(tmp_path / "no-python-here"))
-    values, _, details = score([fenced("def f():\n    return 1")])
+    sandbox.shutdown()  # no warm sandbox or helper in the pools: the next ones must start, and the sandbox cannot
+    monkeypatch.setenv("GRPO_SANDBOX_PYTHON", str(tmp_path / "no-python-here"))
+    try:
+        values, _, details = score([fenced("def f():\n    return 1")])
+    finally:
+        sandbox.shutdown()  # the helper started with the broken setting goes too
     assert values == [None] and details[0]["status"] == "sandbox error"
 
 
