@@ -174,7 +174,10 @@ def resolve_base(adapter_dir: Path, config: dict, override: str | None) -> BaseM
     hub_id = preset.checkpoint(load_in_4bit=False) if preset is not None else name
     if preset is None and Path(name).expanduser().is_dir():
         local = Path(name).expanduser()
-        if "quantization_config" in json.loads((local / "config.json").read_text() or "{}"):
+        if not (local / "config.json").is_file() or not any(local.glob("*.safetensors")):
+            raise UsageError(f"the base model {local} is not a transformers model directory (config.json + "
+                             "*.safetensors): pass --base-model with one.")
+        if "quantization_config" in json.loads((local / "config.json").read_text()):
             raise UsageError(f"{local} is a pre-quantized 4-bit checkpoint: pass --base-model with its 16-bit "
                              "version (a directory or hub id).")
         return BaseModel(name, None, local)
@@ -645,8 +648,9 @@ def model_card(request: ExportRequest, base: BaseModel, config: dict, summary: d
     body += ["## Use", ""]
     if fmt == "gguf":
         gguf = next((f for f in files if f.endswith(".gguf")), "model.gguf")
-        body += ["```sh", f"llama-cli -m {gguf} -cnv", "ollama create my-model -f Modelfile   # with the Modelfile "
-                 "beside it", "```", ""]
+        body += ["```sh", f"llama-cli -m {gguf} -cnv",
+                 *(["ollama create my-model -f Modelfile && ollama run my-model"] if request.ollama else []),
+                 "```", ""]
     elif fmt == "gguf-lora":
         lora = next((f for f in files if f.endswith(".lora.gguf")), "adapter.gguf")
         body += ["```sh", f"llama-cli -m BASE.gguf --lora {lora} -cnv", "```", ""]
