@@ -223,9 +223,13 @@ def check_hub_upload(repo_id: str) -> str:
     """Before any work: the hub reachable, a token that can write. Returns the account name."""
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
         raise UsageError(f"--push-to-hub {repo_id}: give a repository id OWNER/NAME.")
-    from grpokit.hub import require_hub
+    from grpokit.hub import _offline_variable, hub_endpoint, hub_reachable
 
-    require_hub(f"the upload to {repo_id}")  # offline: one line, nothing uploaded
+    variable = _offline_variable()
+    if variable or not hub_reachable():
+        why = f"{variable} is set" if variable else f"{hub_endpoint()} cannot be reached (offline or behind a proxy)"
+        raise UsageError(f"--push-to-hub {repo_id}: {why}; nothing was exported or uploaded. Export without "
+                         "--push-to-hub, or rerun where the hub is reachable.")
     from huggingface_hub import HfApi, get_token
 
     if not get_token():
