@@ -273,6 +273,7 @@ def test_print_header_and_summary(monkeypatch):
     assert max(len(line) for line in text.splitlines() if "─" not in line) <= 80  # whole at 80 columns (the rule
     # spans the terminal)
     assert "report: /tmp/run/report.html" in flat
+    assert "export: python train_grpo.py export /tmp/run --quant q4_k_m --ollama" in flat  # what to run next
 
 
 # ---------------------------------------------------------------------------------------------------------------------
