@@ -93,11 +93,13 @@ def scenario_run(side: str, busy: int, pair: bool, a) -> dict:
                 argvs = [[*argv, "--generation-threads", str(a.cores)] for argv in argvs]
                 env["OMP_NUM_THREADS"] = str(a.cores)
         procs = start_busy(busy)
-        time.sleep(0.5)
-        before = machine_busy()
-        wall, cpu = run_sides(argvs, [env] * copies, outs)
-        after = machine_busy()
-        busy_cpu = stop_busy(procs)
+        try:
+            time.sleep(0.5)
+            before = machine_busy()
+            wall, cpu = run_sides(argvs, [env] * copies, outs)
+            after = machine_busy()
+        finally:  # never leave a busy process behind
+            busy_cpu = stop_busy(procs)
         medians = []
         for out in outs:
             times, _, _ = step_stats(out)

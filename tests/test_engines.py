@@ -311,6 +311,9 @@ def test_grpo_step_through_the_cli(tmp_path, engine):
     step = steps[0]
     if engine == "llama_cpp":
         assert "engine   llama_cpp, 1 threads" in result.stderr  # --generation-threads reached the engine
+        # the header's threads line says the engine's count is the user's; the log has the same line
+        assert "sampling fixed by generation_threads=1" in " ".join(result.stderr.split())
+        assert "CPU threads: " in (out / "grpo_training.log").read_text()
         # TRL's importance-sampling correction ran on the engine's log-probs; the mismatch is f16-small
         assert 0 <= step["sampling/sampling_logp_difference/mean"] < 0.1
         log = (out / "grpo_training.log").read_text()
