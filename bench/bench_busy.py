@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_busy.py                       # K = 0, 1, 2 and a pair; ours and plain TRL
     .venv/bin/python bench/bench_busy.py --also-fixed          # + ours with the thread counts fixed (no re-check)
     .venv/bin/python bench/bench_busy.py --busy 0 2 --no-pair --rounds 2
+    .venv/bin/python bench/bench_busy.py --busy 0 1 --no-pair --sides ours fixed   # before / after, no slow plain side
 
 Each scenario runs every side in turn (the order alternates between scenarios and rounds, so that drift of the
 machine falls on both); the busy processes start before a side's run and stop after it. Step times are TRL's own
@@ -114,6 +115,8 @@ def main() -> None:
     parser.add_argument("--no-pair", action="store_true", help="leave out two runs of the same tool side by side")
     parser.add_argument("--also-fixed", action="store_true",
                         help="a third side: ours with --generation-threads and OMP_NUM_THREADS fixed at the cores")
+    parser.add_argument("--sides", nargs="+", choices=["ours", "fixed", "plain"],
+                        help="the sides to run (default: ours, plain; with --also-fixed: ours, fixed, plain)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--steps", type=int, default=4, help="our side's steps (the first is left out)")
     parser.add_argument("--plain-steps", type=int, default=3, help="the plain script's steps (~6 s each alone)")
@@ -128,7 +131,7 @@ def main() -> None:
     if 0 not in a.busy:
         parser.error("--busy needs 0: the other rows are compared with the step alone")
     a.cores = len(os.sched_getaffinity(0))
-    sides = ["ours", *(["fixed"] if a.also_fixed else []), "plain"]
+    sides = a.sides or ["ours", *(["fixed"] if a.also_fixed else []), "plain"]
     scenarios = [(k, False) for k in a.busy] + ([(0, True)] if not a.no_pair else [])
     results: dict[tuple, list[dict]] = {}
     flip = False
@@ -146,7 +149,8 @@ def main() -> None:
     def step(side, busy, pair):
         return statistics.median(r["step"] for r in results[(side, busy, pair)])
 
-    print(f"\n{a.cores} cores ({os.uname().machine}); steps: ours {a.steps}, plain {a.plain_steps} (first left out); "
+    plain_steps = f", plain {a.plain_steps}" if "plain" in sides else ""
+    print(f"\n{a.cores} cores ({os.uname().machine}); steps: ours {a.steps}{plain_steps} (first left out); "
           f"rounds {a.rounds}")
     print("| load | side | step (s) | x alone | fair share (s) | / fair | / plain | background (cores) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -155,11 +159,11 @@ def main() -> None:
         for side in sides:
             s, alone = step(side, busy, pair), step(side, 0, False)
             fair = alone * (2 if pair else 1 + busy / a.cores)
-            vs_plain = s / step("plain", busy, pair)
+            vs_plain = s / step("plain", busy, pair) if "plain" in sides else float("nan")
             background = statistics.median(r["background"] for r in results[(side, busy, pair)])
             label = "two runs at once" if pair else f"K={busy} busy"
             print(f"| {label} | {side} | {s:.2f} | {s / alone:.2f} | {fair:.2f} | {s / fair:.2f} | "
-                  f"{'—' if side == 'plain' else f'{vs_plain:.2f}'} | {background:.2f} |")
+                  f"{'—' if side == 'plain' or 'plain' not in sides else f'{vs_plain:.2f}'} | {background:.2f} |")
             table.append({"load": label, "side": side, "step": s, "x_alone": s / alone, "fair": fair,
                           "over_fair": s / fair, "over_plain": vs_plain, "background": background})
     print(json.dumps(table))
