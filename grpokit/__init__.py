@@ -10,6 +10,8 @@ tests/test_layout.py checks it):
     callbacks.py           trainer callbacks: generation logs (greedy + pass@k), W&B config, log lines, no-signal check
     report.py              report.html (summary, settings, curves, baseline vs final completions); `redraw`
     plots.py               the PNG curves, from the run directory's files
+    export.py              `train_grpo.py export`: GGUF (llama.cpp's converter + quantiser), GGUF LoRA, merged
+                           16-bit weights, an Ollama Modelfile, a Hub upload with a model card from the run
     trl_trainer.py         TRLGRPOTrainer: TRL's GRPOTrainer subclass (atomic checkpoints, resumed lr, shared prompts,
                            the generation engine)
     advantages.py          group baselines (mean, median, EMA, leave-one-out), reward scale / clip / running
@@ -23,6 +25,7 @@ tests/test_layout.py checks it):
     engine_transformers.py the transformers engine (benchmarks and tests; the trainer keeps TRL's own path)
     sampling.py            numpy sampling of engine logits (temperature, top-k/p, min-p), seeded per sequence
     engines.py             the engine interface, SamplingParams, which engine runs and why
+    cpu_threads.py         threads for sampling and training from the cores really free (affinity, quota, load)
     gguf_export.py         HF checkpoint / PEFT adapter -> GGUF (base model, LoRA)
     shared_prompts.py      each distinct prompt through the model once per group (generation and log-probs)
     model_loader.py        backend choice, Unsloth / transformers + PEFT loading (4-bit on CPU: NF4-rounded 16-bit), the
@@ -33,7 +36,9 @@ tests/test_layout.py checks it):
     console.py             what the terminal shows: header, progress, summary, third-party noise, --help layout
     run_dir.py             the run directory: every file name a run leaves, and their readers
     hub.py                 Hugging Face Hub reachability (fail fast offline)
-    sandbox.py             running model-written code: namespaces, read-only root, no network, limits; sandbox_fusion
+    sandbox.py             running model-written code: a zygote per worker in its own namespaces, root, uid, seccomp
+                           and cgroups; the helper process the tests run in; SandboxFusion
+    sandbox_worker.py      what runs inside the sandbox (the zygote, a job's child) and the plain-data codec
 
 Three classes are called GRPOTrainer and two GRPOConfig; which is which:
 - `grpo_trainer.GRPOTrainer` (= `grpokit.run.GRPOTrainer`): the spec's run object; it builds the next one.

@@ -223,9 +223,9 @@ def check_hub_upload(repo_id: str) -> str:
     """Before any work: the hub reachable, a token that can write. Returns the account name."""
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
         raise UsageError(f"--push-to-hub {repo_id}: give a repository id OWNER/NAME.")
-    from grpokit.hub import _offline_variable, hub_endpoint, hub_reachable
+    from grpokit.hub import hub_endpoint, hub_reachable, offline_variable
 
-    variable = _offline_variable()
+    variable = offline_variable()
     if variable or not hub_reachable():
         why = f"{variable} is set" if variable else f"{hub_endpoint()} cannot be reached (offline or behind a proxy)"
         raise UsageError(f"--push-to-hub {repo_id}: {why}; nothing was exported or uploaded. Export without "

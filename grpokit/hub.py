@@ -33,7 +33,7 @@ def hub_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
-def _offline_variable() -> str | None:
+def offline_variable() -> str | None:
     """The variable that tells huggingface_hub / transformers not to use the network, if one is set."""
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if os.environ.get(name, "").strip().lower() in _TRUTHY:
@@ -43,7 +43,7 @@ def _offline_variable() -> str | None:
 
 def hub_offline() -> bool:
     """True when the user told huggingface_hub not to use the network (it then never tries, so neither do we)."""
-    return _offline_variable() is not None
+    return offline_variable() is not None
 
 
 def _target(endpoint: str) -> tuple[str, int, str]:
@@ -95,7 +95,7 @@ def hub_reachable(timeout: float = 2.0) -> bool:
 
 def require_hub(what: str, timeout: float = 2.0) -> None:
     """Raise a one-line UsageError when `what` (e.g. "model 'Qwen/Qwen2.5-7B'") would need the unreachable hub."""
-    variable = _offline_variable()
+    variable = offline_variable()
     if variable:
         raise UsageError(
             f"{variable} is set, so {what} cannot be downloaded from the Hugging Face hub: unset it, or use a "

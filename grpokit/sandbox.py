@@ -347,7 +347,7 @@ class Sandbox:
 def _remove_host_tree(path: str) -> None:
     """Remove a directory (a job's leftovers in mode "none"): never raises, never recurses."""
     try:
-        sandbox_worker._remove_tree(path)
+        sandbox_worker.remove_tree(path)
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
 

@@ -244,7 +244,7 @@ def install_seccomp():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _remove_tree(path):
+def remove_tree(path):
     """Remove a directory tree without recursion (a program may leave thousands of nested directories)."""
     stack = [path]
     while stack:
@@ -273,7 +273,7 @@ def _wipe(directory):
     os.chmod(directory, 0o700)
     for entry in os.scandir(directory):
         if entry.is_dir(follow_symlinks=False):
-            _remove_tree(entry.path)
+            remove_tree(entry.path)
         else:
             os.unlink(entry.path)
 
@@ -284,7 +284,7 @@ def _wipe_writable(workdir):
     for entry in os.scandir("/tmp"):
         if entry.path != workdir:
             try:
-                _remove_tree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
+                remove_tree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
             except PermissionError:
                 pass
 

@@ -20,7 +20,7 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
 
 
-def _normalise_number(text: str) -> float | None:
+def normalise_number(text: str) -> float | None:
     cleaned = text.strip().replace(",", "").replace("$", "").rstrip(".")
     try:
         return float(cleaned)
@@ -34,7 +34,7 @@ def extract_final_answer(text: str, answer_tag: str = "answer") -> str | None:
     if tagged:
         inner = tagged[-1].strip()
         numbers = _NUMBER.findall(inner)
-        return numbers[-1] if numbers and _normalise_number(inner) is None else inner
+        return numbers[-1] if numbers and normalise_number(inner) is None else inner
     boxed = _BOXED.findall(text)
     if boxed:
         return boxed[-1].strip()
@@ -45,7 +45,7 @@ def extract_final_answer(text: str, answer_tag: str = "answer") -> str | None:
 def answers_match(predicted: str | None, reference: str, tolerance: float = 1e-6) -> bool:
     if predicted is None:
         return False
-    p, r = _normalise_number(predicted), _normalise_number(reference)
+    p, r = normalise_number(predicted), normalise_number(reference)
     if p is not None and r is not None:
         return math.isclose(p, r, rel_tol=0.0, abs_tol=tolerance)
     return predicted.strip().lower() == reference.strip().lower()

@@ -59,7 +59,7 @@ def rows_as_data(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str
 def answers_are_numbers(rows) -> bool:
     """Whether every answer among the first rows is a number (GSM8K-style data: the math rewards fit). With no rows
     to read, the answers are taken for numbers (the math preset, as before)."""
-    from rewards.components import _normalise_number
+    from rewards.components import normalise_number
 
     if rows is None:
         return True
@@ -68,7 +68,7 @@ def answers_are_numbers(rows) -> bool:
     answers = [a for a in answers if a]
     if not answers:
         return True
-    return all(_normalise_number(a) is not None for a in answers)
+    return all(normalise_number(a) is not None for a in answers)
 
 
 def unscorable_components(reward_set, dataset) -> dict[str, str]:
