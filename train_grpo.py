@@ -391,8 +391,8 @@ def export(
 
     from grpokit.export import ExportRequest, command_line, export_adapter
 
-    setup_console_logging()
     quiet_third_party()  # before torch / transformers / peft are imported
+    setup_console_logging()
     request = ExportRequest(source=source, format=format_, quant=quant, output_dir=output_dir, ollama=ollama,
                             push_to_hub=push_to_hub, private=private, base_model=base_model,
                             command=command_line(sys.argv[1:]))
