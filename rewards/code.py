@@ -120,6 +120,10 @@ class SessionLost(BaseException):
     """The completion's process is gone (time limit, crash, memory): every call after this fails."""
 
 
+class _CallableReply(Exception):
+    """The reply names a callable of the code's: a method when an attribute was asked for, else not plain data."""
+
+
 class CandidateError(Exception):
     """The candidate raised something that is not a builtin exception, or returned something that is not plain
     data: the assertion around the call fails."""
@@ -192,14 +196,11 @@ class _Remote:
         return self.result(reply)
 
     def attribute(self, ref: int, name: str) -> Any:
-        if time.monotonic() > self.deadline:
-            raise SessionLost("time limit")
-        reply = self.session.request({"op": "getattr", "ref": ref, "attr": name})
-        if reply is None:
-            raise SessionLost("the completion's process ended")
-        if reply.get("callable"):
+        """An attribute of an object of the code's: plain data, another handle, or a method to call later."""
+        try:
+            return self.request({"op": "getattr", "ref": ref, "attr": name})
+        except _CallableReply:
             return _Method(self, ref, name)
-        return self.result(reply)
 
     def result(self, reply: dict, full: bool = False) -> Any:
         from grpokit import sandbox
@@ -215,6 +216,8 @@ class _Remote:
             raise _raised(reply["raise"], str(reply.get("message", ""))[:300])
         if "unsupported" in reply:
             raise CandidateError(f"returned {str(reply['unsupported'])[:100]}")
+        if reply.get("callable") is True:
+            raise _CallableReply()
         raise SessionLost("malformed reply")
 
     def call(self, message: dict, args: tuple, kwargs: dict, full_result: bool = False) -> Any:
@@ -230,8 +233,7 @@ class _Remote:
             raise SessionLost("time limit")
         self.calls[0] += 1
         reply = self.session.request(message)
-        # the same loop as request(), with this call's callbacks
-        while reply is not None and "callback" in reply:
+        while reply is not None and "callback" in reply:  # the code calls a function of the tests: run it here
             index = reply["callback"]
             function = callbacks[index] if type(index) is int and 0 <= index < len(callbacks) else None
             try:
@@ -246,7 +248,10 @@ class _Remote:
             reply = self.session.request(answer)
         if reply is None:
             raise SessionLost("the completion's process ended")
-        value = self.result(reply, full_result)
+        try:
+            value = self.result(reply, full_result)
+        except _CallableReply:
+            raise CandidateError("returned a function, not plain data") from None
         if mutable and "args" in reply:
             try:
                 for original, after in zip(args, sandbox.decode(reply["args"]), strict=False):

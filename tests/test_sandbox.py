@@ -309,3 +309,20 @@ def test_a_test_that_cannot_cross_as_plain_data_runs_in_the_sandbox_and_is_count
     assert values == [1.0, 0.5]
     assert [d["unsplit"] for d in component.last_details] == [1, 1]
     assert component.last_metrics["code/unsplit_tests"] == 2.0
+
+
+def test_objects_of_the_code_cross_as_handles():
+    component = CodeExecution(timeout=TIMEOUT)
+    counter = fenced("class Counter:\n    def __init__(self):\n        self.n = 0\n    def inc(self):\n"
+                     "        self.n += 1\n        return self.n")
+    generator = fenced("def evens(n):\n    return (i for i in range(0, n, 2))")
+    returns_function = fenced("def evens(n):\n    return lambda: [0, 2]")
+    callback = fenced("def apply(f, xs):\n    return [f(x) for x in xs]")
+    values = component(
+        completions=[counter, generator, returns_function, callback],
+        tests=[["c = Counter()\nc.inc()\nassert c.inc() == 2 and c.n == 2 and isinstance(c, Counter)"],
+               ["assert list(evens(5)) == [0, 2, 4]", "assert len(list(evens(3))) == 2"],
+               ["assert list(evens(3)) == [0, 2]", "assert evens(3) is not None"],
+               ["assert apply(lambda x: x * 2, [1, 2]) == [2, 4]", "assert apply(str, [1]) == ['1']"]])
+    assert values == [1.0, 1.0, 0.0, 1.0], component.last_details
+    assert all(d["unsplit"] == 0 for d in component.last_details)  # each judged outside the sandbox
