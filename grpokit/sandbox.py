@@ -34,6 +34,7 @@ Not a VM: the code shares the kernel. For untrusted code at scale use an externa
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import math
@@ -65,6 +66,7 @@ SANDBOX_UID = 65534  # "nobody": owns nothing on the host
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 WORKER_SOURCE = Path(sandbox_worker.__file__).read_text(encoding="utf-8")
 START_TIMEOUT = 30.0
+PREFIX = "grpokit-sandbox-"  # + the pid of the process that owns it: its cgroups and its mount point / job root
 
 
 class SandboxError(Exception):
@@ -182,7 +184,7 @@ class _Cgroups:
         self.dirs: list[Path] = []
         self.procs: list[str] = []
         self.kinds: list[str] = []
-        name = f"grpokit-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
+        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         memory = str((limits.memory_mb + limits.disk_mb) << 20)
         if (CGROUP_ROOT / "memory" / "cgroup.procs").exists():
             own = _own_cgroup("memory")
@@ -248,6 +250,48 @@ def _own_cgroup(controller: str) -> str:
     return "/"
 
 
+def _owned(pid: int | None) -> list[Path]:
+    """The cgroups and temporary directories of the sandboxes of process `pid`, or of every process that no longer
+    exists (pid None)."""
+    roots = [CGROUP_ROOT / c / _own_cgroup(c).lstrip("/") for c in ("memory", "cpu", "pids")]
+    roots += [CGROUP_ROOT / _own_cgroup("").lstrip("/"), Path(tempfile.gettempdir())]
+    found = []
+    for root in roots:
+        try:
+            entries = list(root.glob(f"{PREFIX}{pid if pid is not None else ''}*"))
+        except OSError:
+            continue
+        for path in entries:
+            owner = path.name[len(PREFIX):].split("-", 1)[0]
+            if owner.isdigit() and (pid is not None or not os.path.exists(f"/proc/{owner}")):
+                found.append(path)
+    return found
+
+
+def sweep(pid: int | None = None) -> int:
+    """Remove what the sandboxes of process `pid` left on the host (or those of processes that are gone: a helper
+    killed at its deadline, a run killed with SIGKILL): the processes still in their cgroups are killed, the groups
+    and the empty mount points removed. Returns how many were removed."""
+    removed = 0
+    for path in _owned(pid):
+        if path.parent == Path(tempfile.gettempdir()):
+            _remove_host_tree(str(path))
+        else:
+            for _ in range(100):
+                try:
+                    for line in (path / "cgroup.procs").read_text().split():
+                        with contextlib.suppress(OSError, ValueError):
+                            os.kill(int(line), signal.SIGKILL)
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+        removed += not path.exists()
+    return removed
+
+
 # Enters the cgroups (each file named before "--"), then execs the rest: the whole sandbox starts inside them.
 _ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
 
@@ -258,7 +302,7 @@ class Sandbox:
     def __init__(self, limits: Limits, mode: str):
         self.limits, self.mode = limits, mode
         self.cgroups = _Cgroups(limits) if os.geteuid() == 0 else None
-        self.mountpoint = tempfile.mkdtemp(prefix="grpokit-sandbox-") if mode in ("root", "user") else ""
+        self.mountpoint = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-") if mode in ("root", "user") else ""
         self.hostroot = ""  # mode "none": the jobs' directories on the host
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.control = ours
@@ -276,7 +320,7 @@ class Sandbox:
                        "--cgroup", "--fork", "--kill-child", "sh", "-c", _SETUP, "sandbox", self.mountpoint,
                        str(limits.disk_mb), mounts, "", *worker, "/tmp/w", "pidns"]
         else:
-            self.hostroot = tempfile.mkdtemp(prefix="grpokit-sandbox-")
+            self.hostroot = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
             command = [*worker, self.hostroot, "nopidns"]
             if os.geteuid() == 0 and shutil.which("setpriv"):
                 os.chown(self.hostroot, SANDBOX_UID, SANDBOX_UID)
@@ -540,7 +584,7 @@ def shutdown() -> None:
     for box in boxes:
         box.close()
     for helper in helpers:
-        helper.close()
+        helper.close(wait=10.0)
 
 
 atexit.register(shutdown)
@@ -671,6 +715,7 @@ def protections() -> dict[str, bool | str]:
     with _LOCK:
         _STATE["mode"] = mode
         _STATE["protections"] = found
+    sweep()  # what runs killed before they could clean up left behind
     return dict(found)
 
 
@@ -698,13 +743,15 @@ def describe() -> str:
     return line
 
 
-def log_protections_once() -> None:
+def log_protections_once() -> bool:
+    """Log what the sandbox enforces here, once per process; True for the call that logged it."""
     with _LOCK:
         if _STATE.get("logged"):
-            return
+            return False
         _STATE["logged"] = True
     line = describe()
     (log.warning if "NOT enforced" in line else log.info)("%s", line)
+    return True
 
 
 def run_python(program: str, limits: Limits = Limits(), stdin: bytes = b"", channel: bool = False) -> Execution:
@@ -829,7 +876,14 @@ class _Trusted:
             return None
         return answer if isinstance(answer, dict) else None
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
+        """Idle (`wait` seconds): end of input, so it closes its sandboxes and exits; then, or at once for one past
+        its deadline, it is killed, and what its sandboxes left on the host is removed here."""
+        if wait:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=wait)
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except OSError:
@@ -843,6 +897,7 @@ class _Trusted:
                 stream.close()
             except OSError:
                 pass
+        sweep(self.process.pid)
 
 
 _TRUSTED_IDLE: list[_Trusted] = []

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import builtins
 import json
+import logging
 import os
 import random
 import re
@@ -46,6 +47,7 @@ from rewards.base import RewardComponent
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 STDERR_TAIL = 500
+log = logging.getLogger("grpo")
 
 
 def extract_code(text: str, entry_point: str = "") -> str:
@@ -627,7 +629,11 @@ class CodeExecution(RewardComponent):
     def _check_sandbox(self, source: str) -> None:
         from grpokit import sandbox
 
-        sandbox.log_protections_once()
+        if sandbox.log_protections_once():  # and how many completions run at once, said with it
+            cores, ranks = _cores_for_this_process(), _local_ranks()
+            log.info("code reward: up to %d completion(s) at a time%s", self.workers or cores,
+                     " (workers)" if self.workers else f" (this process's share of the cores: {cores}, "
+                     f"{ranks} process(es) on this node)")
         require = self.require_sandbox or os.environ.get("GRPO_REQUIRE_SANDBOX", "") not in ("", "0")
         if require and sandbox.missing():
             raise UsageError(f"{source}: 'code_execution.require_sandbox' is on, but this machine cannot give the "
@@ -745,11 +751,15 @@ def _cores_for_this_process() -> int:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
+    return max(1, cores // _local_ranks())
+
+
+def _local_ranks() -> int:
+    """The processes of this run on this node (torchrun / accelerate set LOCAL_WORLD_SIZE)."""
     try:
-        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
-        local_ranks = 1
-    return max(1, cores // local_ranks)
+        return 1
 
 
 CODE_COLUMNS = ("tests", "test_list", "test", "entry_point", "test_setup_code", "test_imports", "code_prompt")

@@ -79,3 +79,19 @@ def straight(tmp_path_factory):
     result = fault_run(out, "--set", "save_steps=0")
     assert result.returncode == 0, result.stderr[-3000:]
     return out
+
+
+def sandbox_leftovers() -> set[str]:
+    """What code sandboxes leave on the host once their owner is gone: cgroups, mount points / job roots, processes.
+    Compare before and after a run: a run must remove all of its own."""
+    import glob
+    import tempfile
+
+    import psutil
+
+    found = set(glob.glob("/sys/fs/cgroup/**/grpokit-sandbox-*", recursive=True))
+    found |= set(glob.glob(os.path.join(tempfile.gettempdir(), "grpokit-sandbox-*")))
+    for process in psutil.process_iter(["cmdline"]):
+        if any("sandbox_worker" in arg or "grpokit-sandbox-" in arg for arg in process.info["cmdline"] or []):
+            found.add(f"pid {process.pid}")
+    return found

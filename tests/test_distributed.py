@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT
+from conftest import ROOT, sandbox_leftovers
 
 pytestmark = pytest.mark.slow
 
@@ -91,3 +91,28 @@ def test_shared_prompt_log_probs_make_the_same_forward_calls_on_every_rank(tmp_p
     result = _torchrun(str(model), str(tmp_path), timeout=300, script="tests/fixtures/shared_logps_ranks.py")
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "forward_calls.json").read_text()) == [1, 1]
+
+
+def test_code_reward_under_two_ranks(tmp_path):
+    """Each rank scores its own completions in its own sandboxes, with its share of the node's cores; the step's
+    code metrics are gathered from both ranks, and no sandbox (process, cgroup, mount point) outlives the run."""
+    before = sandbox_leftovers()
+    out = tmp_path / "code"
+    result = _torchrun("--preset", "code_generation_cpu", "--output-dir", str(out), "--max-steps", "1",
+                       "--set", "per_device_train_batch_size=4", "--set", "max_prompt_length=256",
+                       "--set", "max_completion_length=48", "--max-generation-samples", "2", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "rank 0 of 2 finished at global step 1" in result.stderr
+    assert "rank 1 of 2 finished at global step 1" in result.stderr
+    cores = len(os.sched_getaffinity(0))
+    share = (f"code reward: up to {max(1, cores // 2)} completion(s) at a time (this process's share of the cores: "
+             f"{max(1, cores // 2)}, 2 process(es) on this node)")
+    assert share in result.stderr, result.stderr[-4000:]
+    steps = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "step_time" in h]
+    assert len(steps) == 1
+    assert 0.0 <= steps[0]["reward"] <= 1.0 and 0.0 <= steps[0]["code/hack_suspected"] <= 1.0
+    assert steps[0]["code/unsplit_tests"] == 0
+    for entry in json.loads((out / "generation_logs" / "generation_log_step_1.json").read_text()):
+        details = entry["details"]["code_execution"]
+        assert entry["rewards"]["code_execution"] == pytest.approx(details["passed"] / details["total"])
+    assert sandbox_leftovers() <= before  # each helper process closed its sandboxes, or was swept

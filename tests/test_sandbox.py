@@ -326,3 +326,22 @@ def test_objects_of_the_code_cross_as_handles():
                ["assert apply(lambda x: x * 2, [1, 2]) == [2, 4]", "assert apply(str, [1]) == ['1']"]])
     assert values == [1.0, 1.0, 0.0, 1.0], component.last_details
     assert all(d["unsplit"] == 0 for d in component.last_details)  # each judged outside the sandbox
+
+
+def test_a_helper_killed_at_its_deadline_leaves_nothing_on_the_host():
+    """A helper process past its deadline is killed with the sandbox it holds mid-job: its cgroups, mount point and
+    processes are removed by the trainer; an idle one closes its own at exit. Nothing of either stays behind."""
+    from conftest import sandbox_leftovers
+
+    before = sandbox_leftovers()
+    started = time.monotonic()
+    assert sandbox.trusted_call("grpokit.sandbox:run_python", {"program": "import time\ntime.sleep(60)"}, 3) is None
+    assert time.monotonic() - started < 15
+    assert sandbox_leftovers() <= before
+    answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", {
+        "code": "def add(a, b):\n    return a + b\n", "steps": [["test", "assert add(1, 2) == 3"]], "entry": "add",
+        "prefix": "", "timeout": 5.0, "memory_mb": 512}, 60)
+    assert answer and "ok" in answer, answer
+    assert sandbox_leftovers() - before  # the idle helper holds a sandbox between calls
+    sandbox.shutdown()
+    assert sandbox_leftovers() <= before
