@@ -432,6 +432,15 @@ def memory_estimate(config, machine: Machine, arch: Architecture, engine: str, f
         formulas["generation_gather"] = ("TRL's ds3_gather_for_generation (default true) gathers the whole model on "
                                          "every GPU to generate: the full weights less the shard counted above "
                                          "(--set ds3_gather_for_generation=false generates layer by layer, slower)")
+    elif machine.fsdp and engine != "vllm":
+        # TRL generates inside FSDP.summon_full_params(model, recurse=False) (trl/distributed.py, FSDP v1): the root
+        # unit's own parameters (embeddings, LM head: not wrapped per decoder layer) whole on every GPU, and the
+        # forward all-gathers each decoder layer, the next one prefetched (fsdp_forward_prefetch)
+        layer = (params - emb) / max(1, arch.layers)
+        terms["generation_gather"] = (emb + 2 * layer) * 2 / GIB - (emb + 2 * layer) * 2 / GIB / world
+        formulas["generation_gather"] = ("FSDP generation: the root unit's parameters (embeddings + LM head "
+                                         f"{emb / 1e9:.2f}B) and two decoder layers gathered whole in 16 bits, less "
+                                         "their shard")
     return MemoryEstimate(terms, formulas, machine.gpu_memory_gib, vllm_weights=held)
 
 
@@ -522,7 +531,7 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
         need, have = plan.memory.training_gib, machine.gpu_memory_gib
         if need > have:
             fix = ("--set ds3_gather_for_generation=false (generation then gathers one layer at a time)"
-                   if "generation_gather" in plan.memory.terms else
+                   if "generation_gather" in plan.memory.terms and machine.zero_stage == 3 else
                    "use 4-bit, a smaller model or batch, or shard it (config/accelerate/deepspeed_zero3.yaml)")
             refusal = (f"this plan needs ~{need:.0f} GiB per GPU ({_largest(plan.memory)}) and the "
                        f"{machine.gpu_name or 'GPU'} has {have:.0f} GiB: {fix}; --dry-run shows the plan.")

@@ -653,3 +653,22 @@ def test_fp16_asked_for_on_an_ampere_card_loads_unsloths_model_in_fp16(monkeypat
     assert unsloth_kwargs(config, cuda=True)["dtype"] is torch.float16
     assert "dtype" not in unsloth_kwargs(_config(model_name="llama-3.1-8b"), cuda=True)  # Unsloth's own choice
     assert "dtype" not in unsloth_kwargs(config, cuda=False)  # its CPU backend picks its own
+
+
+def test_fsdp_generation_counts_the_root_units_parameters_trl_summons():
+    """TRL generates inside `summon_full_params(model, recurse=False)` (read from the installed source below): under
+    FSDP the root unit's own parameters (embeddings and LM head for a per-layer wrap) are whole on every GPU while it
+    generates, beside each gathered decoder layer."""
+    import trl
+
+    trl_dir = Path(trl.__file__).parent
+    assert "summon_full_params(self.model_wrapped, recurse=False)" in (trl_dir / "trainer" / "grpo_trainer.py").read_text()
+    assert "FSDP.summon_full_params(module, **kwargs)" in (trl_dir / "distributed.py").read_text()
+    config = _config(model_name="llama-3.1-70b", backend="transformers", load_in_4bit=False,
+                     enable_generation_logging=False)
+    plan = plan_load(config, FSDP8, "transformers")
+    arch = MODEL_PRESETS["llama-3.1-70b"].architecture
+    layer = (arch.params - arch.embedding_params) / arch.layers
+    full = (arch.embedding_params + 2 * layer) * 2 / 1024**3
+    assert plan.memory.terms["generation_gather"] == pytest.approx(full * 7 / 8)
+    assert not plan.refusal  # 70B in 16 bits still plans on 8 x 80 GB
