@@ -383,6 +383,9 @@ def export(
     base_model: Annotated[str | None, typer.Option(
         "--base-model", show_default=False,
         help="The 16-bit base to merge into (a directory or hub id), when the run's own cannot be used.")] = None,
+    dtype: Annotated[str, typer.Option(
+        "--dtype", help="merged: auto (the base's own), bfloat16, float16 or float32 (keeps a small update "
+                        "exactly; twice the size).")] = "auto",
 ):
     """Export a trained adapter: GGUF (llama.cpp, Ollama), a GGUF LoRA, or merged 16-bit weights; optionally to the Hub.
 
@@ -394,7 +397,7 @@ def export(
     quiet_third_party()  # before torch / transformers / peft are imported
     setup_console_logging()
     request = ExportRequest(source=source, format=format_, quant=quant, output_dir=output_dir, ollama=ollama,
-                            push_to_hub=push_to_hub, private=private, base_model=base_model,
+                            push_to_hub=push_to_hub, private=private, base_model=base_model, dtype=dtype,
                             command=command_line(sys.argv[1:]))
     try:
         result = export_adapter(request)

@@ -12,7 +12,8 @@ What each format is:
   llama-cpp`) and, for a quantised type, quantised by llama.cpp's own quantiser (llama-cpp-python's
   `llama_model_quantize`, the code of `llama-quantize`);
 - `gguf-lora`: the adapter alone as a GGUF LoRA (gguf_export.write_lora_gguf, the file the engine pushes every step);
-- `merged`: 16-bit safetensors in the base's own dtype, loadable without PEFT.
+- `merged`: safetensors in the base's own dtype (or `--dtype`), loadable without PEFT; it says how far the
+  rounded weights carry the LoRA update.
 
 Order of work: every check first (the adapter, the quant type, the base model on disk or reachable, the Hub token,
 the disk space), then the long parts (download, merge, conversion, quantisation, upload), each with one progress line.
@@ -69,6 +70,7 @@ class ExportRequest:
     private: bool = False
     base_model: str | None = None
     command: str = ""  # the command line, for the model card
+    dtype: str = "auto"  # merged: the safetensors' dtype (auto = the base's own)
 
 
 @dataclass
@@ -84,6 +86,8 @@ class ExportResult:
     output_dir: Path
     files: list[Path] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # what took how long: merge, convert, quantise, upload
+    update_error: float | None = None  # merged: how far the rounded weights carry the LoRA update (relative error)
+    dtype: str = ""  # merged: the dtype written
     url: str | None = None
 
 
@@ -350,9 +354,39 @@ def _last_error(tail: str) -> str:
 
 # ---- the long parts -------------------------------------------------------------------------------------------------
 
-def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | None = None) -> Path:
+MERGED_DTYPES = ("auto", "bfloat16", "float16", "float32")
+# Past this relative error of the LoRA update in the rounded weights, `export --format merged` says so and names the
+# dtype that keeps it: a short run's update is often far below a 16-bit weight's rounding step.
+UPDATE_ERROR_WARN = 0.25
+
+
+def update_error(model, dtype) -> float:
+    """How far weights rounded to `dtype` carry the LoRA update: ||round(W + BA) - W - BA|| / ||BA|| over every
+    LoRA layer of the PEFT `model` (0 = exactly; 1 = as if untrained), one layer's delta at a time."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    error = total = 0.0
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, LoraLayer):
+                continue
+            weight = module.get_base_layer().weight.float()
+            for name in module.active_adapters:
+                if name not in module.lora_A:
+                    continue
+                delta = module.get_delta_weight(name).float()
+                error += ((weight + delta).to(dtype).float() - weight - delta).pow(2).sum().item()
+                total += delta.pow(2).sum().item()
+    return (error / total) ** 0.5 if total else 0.0
+
+
+def merge(adapter_dir: Path, base_dir: Path, target: Path,
+          dtype_name: str | None = None) -> tuple[Path, dict[str, float]]:
     """The adapter merged into the base (PEFT's merge_and_unload, plain transformers: no Unsloth patches), saved as
-    safetensors + tokenizer in `target` (renamed into place when complete). `dtype_name` None: the base's own dtype."""
+    safetensors + tokenizer in `target` (renamed into place when complete). `dtype_name` None: the base's own dtype.
+    Returns the target and how far weights rounded to each 16-bit dtype (and the saved one) carry the update
+    (`update_error`, by dtype name)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -370,6 +404,8 @@ def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | Non
         except (RuntimeError, ValueError, KeyError) as err:
             raise UsageError(f"{adapter_dir}: the adapter does not fit the base model {base_dir} "
                              f"({str(err).splitlines()[0][:200]}): pass the right --base-model.") from None
+        error = {str(dtype).removeprefix("torch."): update_error(model, dtype)
+                 for dtype in {save_dtype, torch.bfloat16, torch.float16}}
         progress.update("merging")
         merged = model.merge_and_unload().to(save_dtype)
         progress.update("writing")
@@ -377,7 +413,7 @@ def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | Non
             merged.save_pretrained(partial, safe_serialization=True)
             tokenizer.save_pretrained(partial)
             byte_level_tokenizer(partial)
-    return target
+    return target, error
 
 
 def byte_level_tokenizer(model_dir: Path) -> bool:
@@ -607,7 +643,8 @@ def _default_system_prompt(tokenizer) -> str:
 
 # ---- the model card -------------------------------------------------------------------------------------------------
 
-def model_card(request: ExportRequest, base: BaseModel, config: dict, summary: dict, files: list[str]) -> str:
+def model_card(request: ExportRequest, base: BaseModel, config: dict, summary: dict, files: list[str],
+               result: ExportResult | None = None) -> str:
     """A Hugging Face model card from the run's own files: base model, data, rewards, steps, the held-out figures
     before and after, how to run it and the commands that made it."""
     fmt = request.format
@@ -619,7 +656,8 @@ def model_card(request: ExportRequest, base: BaseModel, config: dict, summary: d
               *[f"- {t}" for t in tags], "---", ""]
     name = request.push_to_hub or model_stem(base)
     what = {"gguf": f"GGUF ({request.quant}), the LoRA merged into the base", "gguf-lora": "a GGUF LoRA adapter",
-            "merged": "16-bit safetensors, the LoRA merged into the base"}[fmt]
+            "merged": f"{(result.dtype if result and result.dtype else '16-bit')} safetensors, the LoRA merged "
+                      "into the base"}[fmt]
     body = [f"# {name}", "", f"{base.hub_id or base.name} fine-tuned with GRPO (TRL's GRPOTrainer, LoRA), "
                              f"exported as {what}.", "", "## Training", ""]
     lora = json.loads((Path(request.source).expanduser() / ADAPTER_FILES[0]).read_text())
@@ -649,6 +687,9 @@ def model_card(request: ExportRequest, base: BaseModel, config: dict, summary: d
     sampled = (summary.get("eval") or {}).get("eval_reward")
     if sampled is not None:
         body += [f"Sampled reward on the held-out split after training: {sampled:.3f}.", ""]
+    if result is not None and result.update_error is not None:
+        body += [f"The {result.dtype} weights carry the trained LoRA update with a relative error of "
+                 f"{result.update_error:.1%} (||round(W + BA) - W - BA|| / ||BA||, over the LoRA layers).", ""]
     body += ["## Use", ""]
     if fmt == "gguf":
         gguf = next((f for f in files if f.endswith(".gguf")), "model.gguf")
@@ -678,7 +719,12 @@ def export_adapter(request: ExportRequest) -> ExportResult:
     adapter_dir = find_adapter(request.source)
     quant = request.quant.strip().lower()
     if request.format == "merged" and quant != "f16":
-        raise UsageError("--quant applies to GGUF: --format merged writes the base's own 16-bit dtype.")
+        raise UsageError("--quant applies to GGUF: --format merged takes --dtype (auto = the base's own, bfloat16, "
+                         "float16, float32).")
+    if request.dtype not in MERGED_DTYPES:
+        raise UsageError(f"--dtype {request.dtype}: choose one of {', '.join(MERGED_DTYPES)}.")
+    if request.dtype != "auto" and request.format != "merged":
+        raise UsageError("--dtype applies to --format merged; a GGUF's type is --quant.")
     if request.format != "merged":
         quant = check_quant(quant)
     if request.ollama and request.format == "merged":
@@ -698,8 +744,16 @@ def export_adapter(request: ExportRequest) -> ExportResult:
     stem = model_stem(base)
     try:
         if request.format == "merged":
-            merge(adapter_dir, base.local_dir, out)
+            _, errors = merge(adapter_dir, base.local_dir, out, None if request.dtype == "auto" else request.dtype)
+            result.dtype = str(_checkpoint_dtype(out)).removeprefix("torch.")
+            result.update_error = errors.get(result.dtype, 0.0)
             result.files.append(out)
+            if result.update_error > UPDATE_ERROR_WARN:
+                others = ", ".join(f"{name}: {error:.0%}" for name, error in sorted(errors.items())
+                                   if name != result.dtype)
+                log.warning("merged: rounding to %s changes the trained LoRA update by %.0f%% (relative error; %s): "
+                            "the update is small beside a 16-bit weight's step. --dtype float32 keeps it exactly, "
+                            "as the adapter does", result.dtype, 100 * result.update_error, others)
         elif request.format == "gguf":
             result.files.append(_merged_gguf(adapter_dir, base.local_dir, out / f"{stem}.{quant.upper()}.gguf",
                                              quant))
@@ -718,7 +772,8 @@ def export_adapter(request: ExportRequest) -> ExportResult:
             result.files.append(write_text(out / MODELFILE, modelfile(model, tokenizer, config.get("system_prompt")
                                                                        or "", lora)))
         names = [f.name for f in result.files]
-        result.files.append(write_text(out / MODEL_CARD, model_card(request, base, config, summary, names)))
+        result.files.append(write_text(out / MODEL_CARD, model_card(request, base, config, summary, names,
+                                                                    result)))
         run_config_file = adapter_dir / "run_config.json"
         if run_config_file.is_file():
             result.files.append(write_text(out / "run_config.json", run_config_file.read_text()))
@@ -774,7 +829,7 @@ def _merged_gguf(adapter_dir: Path, base_dir: Path, target: Path, quant: str) ->
     scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".merge-"))
     try:
         dtype = "float32" if _checkpoint_bytes(base_dir) <= FLOAT32_MERGE_MAX_BYTES else None
-        merged = merge(adapter_dir, base_dir, scratch / "merged", dtype)
+        merged, _ = merge(adapter_dir, base_dir, scratch / "merged", dtype)
         return _to_gguf(merged, target, quant, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -1,10 +1,11 @@
 """`train_grpo.py export`: the exported model is the trained model, read by consumers that are not ours.
 
-One short quick-test run (2 steps, 24 held-out prompts) gives the adapter; its greedy answers in PyTorch (PEFT on the
+The quick test as `make quick-test` runs it (10 steps, 24 held-out prompts) gives the adapter; its greedy answers in PyTorch (PEFT on the
 16-bit base) are the reference. The GGUF files are loaded with llama-cpp-python's own `Llama` class, the merged
 weights with plain transformers (no PEFT). Each export is made once per module and shared by the asserts.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -27,9 +28,9 @@ def cli(*args, env=None, timeout=900):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """The quick test, 2 steps: an adapter, its run config and the greedy generation logs of 24 held-out sums."""
+    """The quick test as `make quick-test` runs it (10 steps): an adapter, its run config and the greedy generation logs of 24 held-out sums."""
     out = tmp_path_factory.mktemp("export") / "run"
-    result = cli("--quick-test", "--max-steps", "2", "--no-wandb", "--output-dir", str(out), "--set", "save_steps=0")
+    result = cli("--quick-test", "--no-wandb", "--output-dir", str(out), "--set", "save_steps=0")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "train_grpo.py export" in result.stderr  # the end-of-run summary names the export command
     return out
@@ -156,7 +157,8 @@ def test_gguf_f16_and_q8_0_answer_as_the_adapter_does(run, gguf_f16, held_out, t
     answers = llama_greedy(q8, tokenizer, held_out, max_new_tokens)
     matching = same_answers(answers, reference)
     assert matching >= 20, list(zip(answers, reference, strict=True))  # the trained model, 8-bit rounded
-    if matching < 23:  # the goal; SmolLM2-135M at q8_0 falls short of it on some adapters (22/24 measured)
+    if matching < 23:  # the goal, met on this adapter where measured (23/24); a machine without bf16 units
+        # trains another adapter (float32 compute), whose near ties may fall otherwise
         pytest.xfail(f"q8_0: {matching}/24 answers as in PyTorch (goal 23): "
                      f"{[(a, r) for a, r in zip(answers, reference, strict=True) if a != r]}")
 
@@ -204,13 +206,13 @@ def test_gguf_q4_k_m_keeps_the_held_out_reward_and_ollama_gets_a_modelfile(run, 
         "<|im_start|>assistant\n"
     assert rendered == tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
     card = (gguf_q4 / "README.md").read_text()
-    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "| steps | 2 |" in card
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "| steps | 10 |" in card
     assert "held-out" in card and "train_grpo.py export" in card
     assert not [p for p in gguf_q4.iterdir() if p.name.startswith(".")]  # no scratch or partial file left
     answers = llama_greedy(gguf, tokenizer, held_out, max_new_tokens)
     quantised, trained = held_out_reward(run, held_out, answers), held_out_reward(run, held_out, reference)
     assert abs(quantised - trained) <= 0.25, (quantised, trained)  # the trained model, 4-bit rounded
-    if abs(quantised - trained) > 0.05:  # the goal; a 2-step adapter on SmolLM2-135M can miss it (0.21 measured)
+    if abs(quantised - trained) > 0.05:  # the goal, met on this adapter where measured (0.917 vs 0.917)
         pytest.xfail(f"q4_k_m: held-out reward {quantised:.3f} vs {trained:.3f} in PyTorch (goal: within 0.05)")
 
 
@@ -218,14 +220,37 @@ def test_merged_safetensors_answer_as_the_adapter_does_without_peft(run, held_ou
                                                                     max_new_tokens):
     from transformers import AutoModelForCausalLM
 
-    result = cli("export", str(run), "--format", "merged")
+    """In float32 the merged weights are the trained model exactly. In the base's bfloat16 a short run's update is
+    mostly below a weight's rounding step: the command measures how much is lost, says it in one line with the dtype
+    that keeps it, and writes the figure into the model card."""
+    import re
+
+    import torch
+
+    result = cli("export", str(run), "--format", "merged", "--dtype", "float32", "-o", str(run / "export" / "m32"))
     assert result.returncode == 0, result.stderr[-3000:]
-    merged = run / "export" / "merged"
+    merged = run / "export" / "m32"
     assert (merged / "model.safetensors").exists() and not (merged / "adapter_config.json").exists()
     model = AutoModelForCausalLM.from_pretrained(merged).eval()
-    assert type(model).__name__ == "LlamaForCausalLM"
+    assert type(model).__name__ == "LlamaForCausalLM" and model.dtype == torch.float32
     answers = torch_greedy(model, tokenizer, held_out, max_new_tokens)
-    assert same_answers(answers, reference) >= 23, list(zip(answers, reference, strict=True))
+    assert same(answers, reference) >= 23, list(zip(answers, reference, strict=True))
+    assert "relative error of 0.0%" in (merged / "README.md").read_text()
+
+    result = cli("export", str(run), "--format", "merged")  # the base's own dtype
+    assert result.returncode == 0, result.stderr[-3000:]
+    merged = run / "export" / "merged"
+    assert json.loads((merged / "config.json").read_text())["dtype"] == "bfloat16"
+    card = (merged / "README.md").read_text()
+    error = float(re.search(r"bfloat16 weights carry the trained LoRA update with a relative error of ([\d.]+)%",
+                            card).group(1)) / 100
+    warned = re.search(r"merged: rounding to bfloat16 changes the trained LoRA update by (\d+)%", result.stderr)
+    assert bool(warned) == (error > 0.25), result.stderr[-1500:]  # said when it matters, with the figure
+    if warned:
+        assert abs(int(warned.group(1)) / 100 - error) <= 0.01 and "--dtype float32" in result.stderr
+    bf16 = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()
+    answers = torch_greedy(bf16, tokenizer, held_out, max_new_tokens)
+    assert same_answers(answers, reference) >= 20, list(zip(answers, reference, strict=True))
 
 
 def test_gguf_lora_loads_in_llama_cpp_on_its_base(run, held_out, tokenizer, reference, max_new_tokens):
@@ -287,3 +312,82 @@ def test_a_full_disk_is_one_line_and_leaves_no_file_under_a_final_name(run, tmp_
         assert not (disk / "merged").exists() and not list(disk.iterdir())
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+# ---- --push-to-hub against a local hub: the installed huggingface_hub client speaking HTTP to tests/fixtures/fake_hub
+
+WRITE_TOKEN, READ_TOKEN = "hf_write_token_for_tests", "hf_read_token_for_tests"
+
+
+@pytest.fixture
+def hub():
+    from tests.fixtures.fake_hub import FakeHub
+
+    with FakeHub(tokens={WRITE_TOKEN: "write", READ_TOKEN: "read"}, user="me") as fake:
+        yield fake
+
+
+def push(hub, tmp_path, *args, token=WRITE_TOKEN, xet=False):
+    """`export RUN --format gguf-lora -o OUT --push-to-hub ...` with the hub at HF_ENDPOINT and `token` as HF_TOKEN
+    (None: no token anywhere, HF_HOME an empty directory). Without `xet` the client runs its LFS batch protocol
+    (HF_HUB_DISABLE_XET=1): the local hub does not speak Xet."""
+    env = {**ENV, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "hf_home"),
+           "HF_HUB_DISABLE_XET": "0" if xet else "1"}
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_OIDC_RESOURCE", "TRANSFORMERS_OFFLINE"):
+        env.pop(name, None)
+    if token is not None:
+        env["HF_TOKEN"] = token
+    (tmp_path / "hf_home").mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, "train_grpo.py", "export", *args, "--format", "gguf-lora", "-o",
+                           str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("private, xet", [(True, False), (False, True)], ids=["private-lfs", "public-inline-xet"])
+def test_hub_push_commits_every_exported_file_in_one_commit(run, hub, tmp_path, private, xet):
+    """A write token: the repository is created with the visibility asked for, and one commit holds every exported
+    file byte for byte. `private-lfs`: the GGUF goes through the LFS batch API (upload + verify) and is committed as
+    an lfsFile; `public-inline-xet`: the client's default path with hf_xet installed (the pipelined upload), against
+    a hub that takes every file inline."""
+    if xet:
+        hub.lfs_threshold = None
+    result = push(hub, tmp_path, str(run), "--push-to-hub", "me/model", *(["--private"] if private else []), xet=xet)
+    assert result.returncode == 0, result.stderr[-3000:]
+    exported = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir() if p.is_file()}
+    assert {"README.md", "run_config.json"} <= set(exported) and any(n.endswith(".lora.gguf") for n in exported)
+    repo = hub.repos["me/model"]
+    assert repo.private is private and repo.repo_type == "model"
+    assert len(repo.commits) == 1, [c.summary for c in repo.commits]
+    assert repo.files == exported  # every file, byte-identical, nothing else
+    assert f"{hub.url}/me/model/commit/{repo.commits[0].oid}" in result.stdout + result.stderr
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in repo.files["README.md"].decode()
+    uploads = [path for method, path in hub.requests if method == "PUT"]
+    gguf = next(content for name, content in exported.items() if name.endswith(".lora.gguf"))
+    assert len(gguf) > 10_000_000 and uploads == ([] if xet else [f"/lfs-upload/{hashlib.sha256(gguf).hexdigest()}"
+                                                                  f"?size={len(gguf)}"])
+
+
+def test_hub_push_refuses_a_read_only_token_before_any_work(run, hub, tmp_path):
+    line = one_error_line(push(hub, tmp_path, str(run), "--push-to-hub", "me/model", token=READ_TOKEN))
+    assert "read-only" in line and "Nothing was exported or uploaded" in line
+    assert not (tmp_path / "out").exists() and not hub.repos
+    assert ("GET", "/api/whoami-v2") in hub.requests  # the token was asked about, at HF_ENDPOINT
+
+
+def test_hub_push_without_a_token_is_one_line(run, hub, tmp_path):
+    line = one_error_line(push(hub, tmp_path, str(run), "--push-to-hub", "me/model", token=None))
+    assert "no Hugging Face token" in line and "HF_TOKEN" in line
+    assert not (tmp_path / "out").exists() and not hub.repos
+
+
+def test_hub_push_a_failed_commit_commits_nothing_and_keeps_the_export(run, hub, tmp_path):
+    """The hub answers the commit with HTTP 500 after the GGUF's LFS upload: one error line, exit 2, the repository
+    (created first) without a commit, the export on disk for a rerun."""
+    hub.fail_commits = True
+    result = push(hub, tmp_path, str(run), "--push-to-hub", "me/model")
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "nothing was committed" in errors[0] and str(tmp_path / "out") in errors[0]
+    assert hub.repos["me/model"].commits == []
+    assert any(p.name.endswith(".lora.gguf") for p in (tmp_path / "out").iterdir())
+    assert (tmp_path / "out" / "README.md").is_file() and (tmp_path / "out" / "run_config.json").is_file()
