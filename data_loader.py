@@ -350,10 +350,15 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
         raw = row[names.answer or "answer"]
         if prompt is None:
             return None, "empty or malformed prompt"
-        answer = gsm8k_final_answer(raw) or raw if isinstance(raw, str) else str(raw)
-        worked = gsm8k_worked_solution(raw) if isinstance(raw, str) and "####" in raw else None
+        aliases = answer_aliases(raw)
+        if aliases is None:
+            return None, "answer is neither a text, a number nor a list of accepted answers"
+        first = aliases[0]
+        worked = gsm8k_worked_solution(first) if "####" in first else None
+        # GSM8K-style "#### 42" keeps its final answer; other accepted answers stand as written
+        aliases = [(gsm8k_final_answer(first) or first).strip(), *aliases[1:]]
         return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt,
-                "answer": answer.strip(), "reference": _reference(row) or worked}, None
+                "answer": aliases[0], "answer_aliases": aliases, "reference": _reference(row) or worked}, None
 
     def fmt_hh(row: Row) -> Mapped:
         return format_hh_rlhf({"chosen": row[names.chosen or "chosen"], "rejected": row[names.rejected or "rejected"]})
@@ -436,6 +441,59 @@ def _tests_as_list(row: Row, where: str) -> Row:
     return row
 
 
+def answer_aliases(raw: Any) -> list[str] | None:
+    """Every accepted answer of a row, first the one shown: a string or number is one; a list holds aliases
+    (["Paris", "City of Paris"]); a dict is TriviaQA's {"value": ..., "aliases": [...]} or SQuAD's
+    {"text": [...]}. None: a shape no answer has (nested lists, a dict without those keys)."""
+    if raw is None:
+        return [""]
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float, list, tuple, dict)):
+        return None
+    if isinstance(raw, (str, int, float)):
+        return [str(raw)]
+    if isinstance(raw, dict):
+        if not {"value", "aliases", "text", "normalized_aliases"} & set(raw):
+            return None
+        value = raw.get("value")
+        items = [*([value] if value is not None else []), *(raw.get("aliases") or []), *(raw.get("text") or [])]
+    else:
+        items = list(raw)
+    if any(isinstance(x, (bool, list, tuple, dict)) or x is None for x in items):
+        return None
+    seen = list(dict.fromkeys(str(x).strip() for x in items if str(x).strip()))
+    return seen or [""]
+
+
+def _qa_answers(row: Row, names: FieldNames, where: str) -> Row:
+    """The row with its answer as the list of accepted answers: one column kind for every row of a table."""
+    key = names.answer or "answer"
+    given = row.get("answer_aliases")  # rows this loader mapped before (create_grpo_dataloader's) keep theirs
+    aliases = answer_aliases(given if isinstance(given, list) and given else row[key])
+    if aliases is None:
+        raise UsageError(f"{where}: '{key}' must be a text or number answer, a list of accepted answers, or "
+                         '{"value": ..., "aliases": [...]}, not ' + json.dumps(row[key], default=str)[:80])
+    return {**row, key: aliases}
+
+
+def _uniform_columns(rows: list[Row], path: str | Path) -> None:
+    """One kind of value per field (text, number, list, object), as a table column needs: else the first row that
+    differs is named (Arrow would stop with a traceback)."""
+    def kind(value: Any) -> str:
+        return ("list" if isinstance(value, (list, tuple)) else "object" if isinstance(value, dict) else
+                "text" if isinstance(value, str) else "true/false" if isinstance(value, bool) else
+                "number" if isinstance(value, (int, float)) else type(value).__name__)
+
+    first: dict[str, tuple[str, int]] = {}
+    for number, row in enumerate(rows, 1):
+        for key, value in row.items():
+            if value is None:
+                continue
+            seen = first.setdefault(key, (kind(value), number))
+            if seen[0] != kind(value):
+                raise UsageError(f"{path}: field '{key}' is {kind(value)} in data row {number} but {seen[0]} in "
+                                 f"row {seen[1]}: give it one kind of value in every row.")
+
+
 def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
                       limit: int | None = None) -> tuple[list[Row], str]:
     """Every line parsed and checked before anything is mapped: errors name the file and the line.
@@ -461,9 +519,12 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
             )
         if fmt == "tests":
             row = _tests_as_list(row, f"{path}:{lineno}")
+        if fmt == "qa":
+            row = _qa_answers(row, names, f"{path}:{lineno}")
         rows.append(row)
     if fmt is None:
         raise UsageError(f"Custom data file {path} has no rows.")
+    _uniform_columns(rows, path)
     return rows, fmt
 
 
@@ -546,8 +607,8 @@ class DatasetReport:
 
 
 # The columns a mapped row may carry besides id and prompt (those no row of a split has are removed).
-REFERENCE_COLUMNS = ("chosen", "rejected", "answer", "reference", "tests", "test_setup_code", "entry_point",
-                     "code_prompt")
+REFERENCE_COLUMNS = ("chosen", "rejected", "answer", "answer_aliases", "reference", "tests", "test_setup_code",
+                     "entry_point", "code_prompt")
 
 
 def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split: str, report: DatasetReport):
@@ -588,6 +649,9 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
     for key in REFERENCE_COLUMNS:
         if len(mapped) and all(v is None for v in mapped[key][: min(len(mapped), 1000)]):
             mapped = mapped.remove_columns(key)
+    # accepted answers beside `answer` only where some row has more than one
+    if "answer_aliases" in mapped.column_names and all(len(v or ()) <= 1 for v in mapped["answer_aliases"]):
+        mapped = mapped.remove_columns("answer_aliases")
     return mapped
 
 
@@ -901,6 +965,8 @@ def as_grpo_dataset(dataset, config):
     formatter = make_custom_formatter(fmt, names)
     report = DatasetReport(source="the dataset passed to train()", format=fmt)
     rows = [_tests_as_list(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "tests" else rows
+    rows = [_qa_answers(r, names, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "qa" else rows
+    _uniform_columns(rows, "train(dataset)")
     raw = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "prompt_text"} for r in rows])
     evaluation = None
     if config.eval_fraction > 0 and len(raw) >= 10:

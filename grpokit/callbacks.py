@@ -213,8 +213,10 @@ class GenerationLogger(TrainerCallback):
             from rewards.fit import answers_are_numbers
 
             answers = [row["answer"] for row in self.rows for _ in range(k)]
+            aliases = [row.get("answer_aliases") for row in self.rows for _ in range(k)]
             judge = Accuracy() if answers_are_numbers(self.rows) else QA()
-            correct = [float(v is not None and v >= 1.0) for v in judge(completions=completions, answer=answers)]
+            correct = [float(v is not None and v >= 1.0) for v in judge(completions=completions, answer=answers,
+                                                                        answer_aliases=aliases)]
         per_prompt = [correct[i * k:(i + 1) * k] for i in range(len(self.rows))]
         return {"pass@1": sum(sum(c) / k for c in per_prompt) / len(per_prompt),
                 f"pass@{k}": sum(1.0 for c in per_prompt if max(c) > 0) / len(per_prompt)}

@@ -172,7 +172,8 @@ class QA(RewardComponent):
     No `answer` (or an empty one): None (not scored).
 
     Example: answer "Nairobi", completion "The capital of Kenya is Nairobi." -> 1.0; "Mombasa" -> 0.0;
-    answer "1,000 metres", completion "1000 metres" -> 1.0
+    answer "1,000 metres", completion "1000 metres" -> 1.0. With several accepted answers (an `answer` list in the
+    data, TriviaQA's aliases: the `answer_aliases` column), the best-matching one scores.
     """
 
     name: ClassVar[str] = "qa"
@@ -208,14 +209,17 @@ class QA(RewardComponent):
             return 0.0
         return qa_f1(predicted, ref)
 
-    def score(self, texts, answer=None, **_):
+    def score(self, texts, answer=None, answer_aliases=None, **_):
+        from data_loader import answer_aliases as accepted_answers
+
         out: list[float | None] = []
         for i, text in enumerate(texts):
-            reference = answer[i] if answer is not None else None
-            if reference is None or not str(reference).strip():
-                out.append(None)
-            else:
-                out.append(self.score_one(text, str(reference)))
+            accepted = answer_aliases[i] if answer_aliases is not None and answer_aliases[i] else None
+            if accepted is None and answer is not None:  # raw rows (--score-completions): a list, TriviaQA's dict
+                accepted = accepted_answers(answer[i])
+            references = [str(r) for r in accepted or [] if r is not None and str(r).strip()]
+            # any accepted answer (TriviaQA's aliases, SQuAD's several answers) counts: the best one scores
+            out.append(max(self.score_one(text, r) for r in references) if references else None)
         return out
 
 

@@ -104,3 +104,54 @@ def test_score_completions_picks_the_reward_a_run_on_the_same_rows_picks(cli, tm
     code, out, err = cli("--custom-data", data, "--dry-run")
     assert code == 0, err
     assert json.loads(out)["rewards"]["components"] == list(first["scores"])
+
+
+def test_several_accepted_answers_each_score_and_every_shape_is_read(cli, tmp_path):
+    """TriviaQA / SQuAD list more than one right answer: a list in the data, TriviaQA's {"value", "aliases"} or
+    SQuAD's {"text": [...]}, beside plain ones in the same file. Any accepted answer scores 1.0 (a run and
+    --score-completions alike); the first is the one shown. A list was read as its Python text before, so no
+    alias could ever match."""
+    rows = [{"question": "What is the capital of France?", "answer": ["Paris", "City of Paris"]},
+            {"question": "Which planet is largest?", "answer": {"value": "Jupiter", "aliases": ["Planet Jupiter"]}},
+            {"question": "Who wrote Hamlet?", "answer": {"text": ["Shakespeare", "William Shakespeare"]}},
+            {"question": "What is the largest ocean?", "answer": "the Pacific Ocean"}]
+    data = write_jsonl(tmp_path / "aliases.jsonl", rows)
+    code, out, err = cli("--custom-data", data, "--model", "smollm2-135m", "--dry-run", "--set", "eval_fraction=0")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["rewards"]["components"] == ["qa"]
+    from grpo_trainer import GRPOConfig, GRPOTrainer
+
+    trainer = GRPOTrainer(GRPOConfig(model_name="smollm2-135m", output_dir=str(tmp_path / "out"), custom_data=data,
+                                     eval_fraction=0.0))
+    train, _, _ = trainer.load_data()
+    by_question = {row["prompt"][-1]["content"]: row for row in train}
+    assert by_question["What is the capital of France?"]["answer"] == "Paris"
+    assert by_question["What is the capital of France?"]["answer_aliases"] == ["Paris", "City of Paris"]
+    assert by_question["Which planet is largest?"]["answer_aliases"] == ["Jupiter", "Planet Jupiter"]
+    assert by_question["What is the largest ocean?"]["answer_aliases"] == ["the Pacific Ocean"]
+    qa = QA()
+    for question, completion, expected in [("What is the capital of France?", "It is the City of Paris.", 1.0),
+                                           ("What is the capital of France?", "Lyon", 0.0),
+                                           ("Which planet is largest?", "planet jupiter", 1.0),
+                                           ("Who wrote Hamlet?", "William Shakespeare wrote it.", 1.0),
+                                           ("What is the largest ocean?", "Pacific Ocean", 1.0)]:
+        row = by_question[question]
+        assert qa(completions=[conv(completion)], answer=[row["answer"]],
+                  answer_aliases=[row["answer_aliases"]]) == [expected], (question, completion)
+    samples = [{**rows[0], "completions": ["The City of Paris.", "Lyon"]}]
+    code, out, err = cli("--score-completions", write_jsonl(tmp_path / "samples.jsonl", samples))
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0])["scores"] == {"qa": [1.0, 0.0]}
+
+
+@pytest.mark.parametrize("rows, words", [
+    ([{"question": "q1", "answer": [["nested"]]}, {"question": "q2", "answer": "x"}], "list of accepted answers"),
+    ([{"question": "q1", "answer": {"score": 3}}, {"question": "q2", "answer": "x"}], "list of accepted answers"),
+    ([{"question": "q1", "answer": "x", "id": 1}, {"question": "q2", "answer": "y", "id": "two"}],
+     "field 'id' is text in data row 2 but number in row 1"),
+])
+def test_answers_of_no_known_shape_and_mixed_kinds_are_one_line(cli, tmp_path, rows, words):
+    code, _, err = cli("--custom-data", write_jsonl(tmp_path / "bad.jsonl", rows), "--model", "smollm2-135m",
+                       "--dry-run")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
