@@ -16,7 +16,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from config.errors import UsageError
-from grpokit.run_dir import BEST_CHECKPOINT
+from grpokit.run_dir import BEST_CHECKPOINT, PASS_AT_K_FILE
 from rewards import RewardSet, WeightedSum, weighted_total
 
 log = logging.getLogger("grpo")
@@ -46,6 +46,22 @@ class GenerationLogger(TrainerCallback):
         # A resumed run continues the eval_step numbering instead of overwriting earlier files.
         self.eval_step = len(existing)
 
+    def _keep_pass_at_k(self, summary: dict[str, Any], global_step: int) -> None:
+        """pass@k beside the logs (PASS_AT_K_FILE, by step): the greedy logs can be re-read, sampled pass@k
+        cannot, and a resumed run's summary still needs the step-0 figure."""
+        figures = {key: value for key, value in summary.items() if key.startswith("pass@")}
+        if not figures:
+            return
+        path = self.log_dir / PASS_AT_K_FILE
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        except (OSError, ValueError):
+            kept = {}
+        kept[str(global_step)] = figures
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(kept, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
     def baseline(self) -> dict[str, Any] | None:
         """The run's first generation log (step 0 before any training), also when this process resumed a run whose
         baseline was written by an earlier process: the real "before training" figure, never a resumed step's."""
@@ -56,6 +72,11 @@ class GenerationLogger(TrainerCallback):
         entries = json.loads(files[0].read_text(encoding="utf-8"))
         summary = summarise(entries, self.reward_set.names)
         summary.update(global_step=entries[0]["global_step"] if entries else 0, file=str(files[0]))
+        try:  # its pass@k, kept by whichever process made it
+            kept = json.loads((self.log_dir / PASS_AT_K_FILE).read_text(encoding="utf-8"))
+            summary.update(kept.get(str(summary["global_step"]), {}))
+        except (OSError, ValueError, AttributeError):
+            pass
         return summary
 
     def prompt_changes(self) -> dict[str, int]:
@@ -110,6 +131,7 @@ class GenerationLogger(TrainerCallback):
                 except Exception as err:  # noqa: BLE001 - the greedy log stands; pass@k is reported as failed
                     self._failed(err, global_step, f"pass@{self.pass_k}")
             summary.update(eval_step=self.eval_step, global_step=global_step, file=str(path))
+            self._keep_pass_at_k(summary, global_step)
             self.history.append(summary)
             self.eval_step += 1
             _log_to_wandb(entries, summary, global_step)

@@ -918,12 +918,11 @@ def reward_set_for(config: GRPORunConfig, data_format: str, extra_funcs: list, r
 
 
 def _baseline_pass_at_k(history: list[dict[str, Any]], baseline: dict[str, Any] | None) -> dict[str, float]:
-    """pass@k before training, as `baseline_pass@k`, beside the final one: the first evaluation's, when this process
-    made the baseline (a resumed run's first evaluation is not the step-0 one)."""
-    first = history[0]
-    if baseline is None or len(history) < 2 or first["global_step"] != baseline["global_step"]:
+    """pass@k before training, as `baseline_pass@k`, beside the final one: the step-0 evaluation's, also when an
+    earlier process made it (a resumed run reads it from the generation logs' PASS_AT_K_FILE)."""
+    if baseline is None or not history or history[-1].get("file") == baseline.get("file"):
         return {}
-    return {f"baseline_{key}": value for key, value in first.items() if key.startswith("pass@")}
+    return {f"baseline_{key}": value for key, value in baseline.items() if key.startswith("pass@")}
 
 
 def _check_reward_metrics(config: GRPORunConfig, reward_set, columns: set[str], source: str) -> None:

@@ -20,6 +20,7 @@ EVAL_METRICS = "eval_metrics.json"  # an --eval-only result
 TRAINING_LOG = "grpo_training.log"  # every log line of the run
 GENERATION_LOGS = "generation_logs"  # generation_log_step_<N>.json, one per evaluation
 GENERATION_LOG_GLOB = "generation_log_step_*.json"
+PASS_AT_K_FILE = "pass_at_k.json"  # beside the generation logs: {step: {"pass@1": x, "pass@k": y}}
 PLOTS_DIR = "plots"
 REPORT_FILE = "report.html"
 MANIFEST = "run_manifest.json"  # in each checkpoint: config hash, dataset fingerprint, versions

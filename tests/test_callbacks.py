@@ -120,3 +120,20 @@ def test_the_no_signal_check_counts_groups_not_steps(tmp_path, batch, accumulati
 
     with pytest.raises(NoLearningSignal, match="every reward was None"):
         LearningSignalCheck().on_log(args, state, None, logs={"reward": float("nan"), "frac_reward_zero_std": 1.0})
+
+
+def test_a_resumed_run_keeps_the_step_0_pass_at_k(tmp_path, model_and_tokenizer):
+    """Sampled pass@k cannot be re-read from a greedy log: the process that measured it at step 0 keeps it beside
+    the logs, and a later process (a resume) reports it as the run's baseline."""
+    from grpokit.run import _baseline_pass_at_k
+
+    model, tokenizer = model_and_tokenizer
+    first = _logger(tmp_path, tokenizer, ROWS, pass_k=2)
+    step0 = first.log_generations(model, global_step=0)
+    resumed = _logger(tmp_path, tokenizer, ROWS, pass_k=2)  # a new process, after the resume
+    resumed.log_generations(model, global_step=3)
+    baseline = resumed.baseline()
+    assert baseline["global_step"] == 0 and baseline["reward_mean"] == step0["reward_mean"]
+    assert _baseline_pass_at_k(resumed.history, baseline) == {"baseline_pass@1": step0["pass@1"],
+                                                              "baseline_pass@2": step0["pass@2"]}
+    assert json.loads((tmp_path / "logs" / "pass_at_k.json").read_text()).keys() == {"0", "3"}
