@@ -552,6 +552,7 @@ def build_config(
         sources.update(dict.fromkeys([*checked, *layer_trl], kind))
     config = GRPORunConfig(**merged, trl_args=trl_args)
     config.record_sources(sources)
+    _description_follows(config, layers)
     _epochs_or_steps(config)
     # Under torchrun / accelerate every process sees WORLD_SIZE: the batch arithmetic must hold for all of them.
     validate(config, world_size=int(os.environ.get("WORLD_SIZE", "1")))
@@ -559,6 +560,22 @@ def build_config(
 
 
 LAYER_RANK = {"default": 0, "preset": 1, "file": 2, "flag": 3, "api": 3, "--set": 4}
+# What a preset's or file's description speaks of: a later layer that changes one leaves it describing another run
+DESCRIBED_FIELDS = ("model_name", "dataset", "dataset_path", "custom_data", "reward_config_name", "max_steps")
+
+
+def _description_follows(config: GRPORunConfig, layers: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """A description (run_config.json, --dry-run) says what the run is: when a later layer changes what the
+    description's layer set, without giving a description of its own, the description names the changes."""
+    if not config.description:
+        return
+    owner = config.source_of("description")
+    changed = [name for name in DESCRIBED_FIELDS
+               if LAYER_RANK.get(config.source_of(name), 0) > LAYER_RANK.get(owner, 0)]
+    if changed:
+        source = next((src for kind, src, _ in layers if kind == owner), owner)
+        config.description = (f"{config.description} [{source}, changed by a later layer: "
+                              + ", ".join(f"{name}={getattr(config, name)!r}" for name in changed) + "]")
 
 
 def _epochs_or_steps(config: GRPORunConfig) -> None:

@@ -385,3 +385,18 @@ def test_each_field_records_the_layer_that_set_it(tmp_path):
     assert config.source_of("seed") == "flag" and config.source_of("top_p") == "--set"
     assert config.source_of("lora_dropout") == "default"
     assert config.named_by_user("reward_config_name") and not config.named_by_user("model_name")
+
+
+def test_a_description_names_what_a_later_layer_changed():
+    """run_config.json keeps the preset's description; a flag that changes what it describes (the model, the data,
+    the rewards, the length) is named in it, so the file never describes another run."""
+    from config.loader import read_json_file
+
+    data = read_json_file(preset_file("quick_test"), "Preset")
+    assert build_config(preset="quick_test").description == data["description"]
+    config = build_config(preset="quick_test", flags={"model_name": "qwen2.5-7b"}, overrides=["max_steps=3"])
+    assert config.description.startswith(data["description"])
+    assert config.description.endswith("[preset 'quick_test', changed by a later layer: model_name='qwen2.5-7b', "
+                                       "max_steps=3]")
+    own = build_config(preset="quick_test", flags={"model_name": "qwen2.5-7b"}, overrides=["description=mine"])
+    assert own.description == "mine"
