@@ -381,8 +381,8 @@ def update_error(model, dtype) -> float:
     return (error / total) ** 0.5 if total else 0.0
 
 
-def merge(adapter_dir: Path, base_dir: Path, target: Path,
-          dtype_name: str | None = None) -> tuple[Path, dict[str, float]]:
+def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | None = None,
+          measure: bool = True) -> tuple[Path, dict[str, float]]:
     """The adapter merged into the base (PEFT's merge_and_unload, plain transformers: no Unsloth patches), saved as
     safetensors + tokenizer in `target` (renamed into place when complete). `dtype_name` None: the base's own dtype.
     Returns the target and how far weights rounded to each 16-bit dtype (and the saved one) carry the update
@@ -405,7 +405,7 @@ def merge(adapter_dir: Path, base_dir: Path, target: Path,
             raise UsageError(f"{adapter_dir}: the adapter does not fit the base model {base_dir} "
                              f"({str(err).splitlines()[0][:200]}): pass the right --base-model.") from None
         error = {str(dtype).removeprefix("torch."): update_error(model, dtype)
-                 for dtype in {save_dtype, torch.bfloat16, torch.float16}}
+                 for dtype in {save_dtype, torch.bfloat16, torch.float16}} if measure else {}
         progress.update("merging")
         merged = model.merge_and_unload().to(save_dtype)
         progress.update("writing")
@@ -829,7 +829,7 @@ def _merged_gguf(adapter_dir: Path, base_dir: Path, target: Path, quant: str) ->
     scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".merge-"))
     try:
         dtype = "float32" if _checkpoint_bytes(base_dir) <= FLOAT32_MERGE_MAX_BYTES else None
-        merged, _ = merge(adapter_dir, base_dir, scratch / "merged", dtype)
+        merged, _ = merge(adapter_dir, base_dir, scratch / "merged", dtype, measure=False)
         return _to_gguf(merged, target, quant, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -866,7 +866,7 @@ def _lora_gguf(adapter_dir: Path, base_dir: Path, target: Path) -> Path:
     """The adapter as a GGUF LoRA (f32 tensors, q/k rows in llama.cpp's order): the engine's own writer, given a PEFT
     model of the base with this adapter."""
     import torch
-    from peft import PeftModel, set_peft_model_state_dict
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -880,7 +880,9 @@ def _lora_gguf(adapter_dir: Path, base_dir: Path, target: Path) -> Path:
         model_config = AutoConfig.from_pretrained(base_dir)
         with torch.device("meta"):  # the adapter's tensors are all the writer reads: no base weights in memory
             base = AutoModelForCausalLM.from_config(model_config)
-            model = PeftModel.from_pretrained(base, adapter_dir)
+            # the LoRA layers only (PeftModel.from_pretrained would copy the adapter into meta tensors: a no-op
+            # warned about once per tensor); the values are loaded below, once the layers have memory
+            model = get_peft_model(base, LoraConfig.from_pretrained(str(adapter_dir)))
         for module in model.modules():  # only the LoRA matrices get memory, then the adapter's values
             for name in ("lora_A", "lora_B"):
                 if isinstance(getattr(module, name, None), torch.nn.ModuleDict):
@@ -919,7 +921,9 @@ def upload(out: Path, repo_id: str, private: bool, result: ExportResult) -> str:
                          f"is in {out}; rerun to upload.") from None
     finally:
         enable_progress_bars()
-    return getattr(commit, "commit_url", None) or f"https://huggingface.co/{repo_id}"
+    from grpokit.hub import hub_endpoint
+
+    return getattr(commit, "commit_url", None) or f"{hub_endpoint().rstrip('/')}/{repo_id}"
 
 
 def command_line(argv: list[str]) -> str:
