@@ -345,3 +345,43 @@ def test_a_helper_killed_at_its_deadline_leaves_nothing_on_the_host():
     assert sandbox_leftovers() - before  # the idle helper holds a sandbox between calls
     sandbox.shutdown()
     assert sandbox_leftovers() <= before
+
+
+_AS_A_USER = r"""
+import json, os, sys
+sys.path.insert(0, {root!r})
+os.geteuid = lambda: 1000  # the host side as a user without root: user namespaces, no cgroups, no uid drop
+from grpokit import sandbox
+from rewards.code import CodeExecution
+right = "```python\ndef f():\n    return 1\n```"
+wrong = "```python\ndef f():\n    return 2\n```"
+run = sandbox.run_python("import os, socket\n"
+                         "print(os.path.exists({root!r}), os.path.exists('/home'), os.listdir('/'))\n"
+                         "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=1); print('net')\n"
+                         "except OSError:\n    print('no net')\n")
+print(json.dumps({{"mode": sandbox.protections()["namespaces"], "describe": sandbox.describe(),
+                  "missing": sandbox.missing(), "inside": run.stdout,
+                  "scored": CodeExecution(timeout=5)(completions=[right, wrong], tests=[["assert f() == 1"]] * 2)}}))
+"""
+
+
+def test_as_a_user_without_root_the_user_namespace_mode_says_what_holds():
+    """A laptop user: no root, so no cgroups and no drop to 65534, but an unprivileged user namespace gives the same
+    private root, network, pid and IPC namespaces and seccomp filter; the memory and CPU caps are what it lacks (said in
+    the run's line, and require_sandbox refuses on them)."""
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run([sys.executable, "-c", _AS_A_USER.format(root=root)], capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if out["mode"] != "user":
+        pytest.skip(f"unprivileged user namespaces are off on this machine: {out['describe']}")
+    assert out["missing"] == ["memory cap"] and "NOT enforced: memory cap, CPU cap" in out["describe"]
+    for held in ("no host files", "read-only root", "no network", "own pids", "own IPC", "seccomp"):
+        assert held in out["describe"].split("; NOT")[0], held
+    seen_root, home, *_ = out["inside"].split("\n")[0].split(" ", 2)
+    assert (seen_root, home) == ("False", "False") and out["inside"].split("\n")[1] == "no net"
+    assert out["scored"] == [1.0, 0.0]
