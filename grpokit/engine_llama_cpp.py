@@ -37,6 +37,7 @@ from grpokit.sampling import sample_rows, sequence_rngs
 log = logging.getLogger("grpo")
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: larger calls are split into chunks of whole prompts
+PREFILL_TOKENS = 512  # prompt tokens per llama_decode call: the context's n_ubatch (see _ensure_context)
 # ggml.h's enum ggml_log_level (llama-cpp-python's _logger.py comment has an older numbering)
 GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 3, 4, 5
 GGML_TYPE_F16 = 1
@@ -317,7 +318,7 @@ class LlamaCppEngine:
         cells = -(-cells // 256) * 256
         params = L.llama_context_default_params()
         params.n_ctx = params.n_batch = cells  # the whole prompt batch fits in one llama_decode call
-        params.n_ubatch = min(cells, 512)
+        params.n_ubatch = min(cells, PREFILL_TOKENS)
         params.n_seq_max = sequences
         params.kv_unified = True  # all sequences share one cache: a shared prompt is stored once
         params.n_threads = params.n_threads_batch = self.threads
@@ -407,21 +408,30 @@ class LlamaCppEngine:
         L.llama_memory_clear(L.llama_get_memory(self._ctx), True)
         batch = self._batch
         last = set(seq_entry.tolist())
-        for entry, (token, pos, seqs) in enumerate(zip(tokens, positions, tagged, strict=True)):
-            batch.token[entry], batch.pos[entry], batch.n_seq_id[entry] = token, pos, len(seqs)
-            for j, seq in enumerate(seqs):
-                batch.seq_id[entry][j] = seq
-            batch.logits[entry] = entry in last
-        batch.n_tokens = len(tokens)
-        self._decode()
+        prompt_logits: dict[int, np.ndarray] = {}  # entry -> the logits each sequence samples its first token from
+        # decoded one micro-batch (n_ubatch tokens, llama.cpp's own split of a larger call) per call: the same
+        # computation, and Python gets control back between them, so a signal (a second Ctrl-C) is acted on within
+        # one micro-batch instead of after the whole prompt batch
+        for begin in range(0, len(tokens), PREFILL_TOKENS):
+            chunk = range(begin, min(begin + PREFILL_TOKENS, len(tokens)))
+            for i, entry in enumerate(chunk):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tokens[entry], positions[entry], len(tagged[entry])
+                for j, seq in enumerate(tagged[entry]):
+                    batch.seq_id[i][j] = seq
+                batch.logits[i] = entry in last
+            batch.n_tokens = len(chunk)
+            self._decode()
+            prompt_logits.update((entry, self._logits(i)) for i, entry in enumerate(chunk) if entry in last)
 
         # 2. one batch per step: the last sampled token of every unfinished sequence
         eos = set(sampling.eos_token_ids)
         out_ids: list[list[int]] = [[] for _ in range(sequences)]
         out_lps: list[list[float]] = [[] for _ in range(sequences)]
         active = list(range(sequences))
+        step_logits = prompt_logits.__getitem__  # the first token: from the prompt batch's kept logits
         while active:
-            logits = np.stack([self._logits(int(seq_entry[s])) for s in active])
+            logits = np.stack([step_logits(int(seq_entry[s])) for s in active])
+            step_logits = self._logits  # then: from the last decode call's outputs
             tokens, token_lps = sample_rows(logits, sampling, [rngs[s] for s in active])
             still = []
             for s, token, lp in zip(active, tokens.tolist(), token_lps.tolist(), strict=True):

@@ -876,3 +876,30 @@ def _run_probe(code: str, timeout: int) -> dict:
     line = next((x for x in result.stdout.splitlines() if x.startswith("PROBE ")), None)
     assert line, (result.stdout + result.stderr)[-3000:]
     return json.loads(line[len("PROBE "):])
+
+
+def test_a_long_prompt_batch_decodes_in_micro_batches_with_the_same_result(peft_and_engine, monkeypatch):
+    """The prefill goes to llama.cpp one micro-batch per call (Python, and so a second Ctrl-C, gets control between
+    them): the completions are those of one call, and each call holds at most PREFILL_TOKENS tokens."""
+    from grpokit import engine_llama_cpp
+
+    model, engine, prompt, tokenizer = peft_and_engine
+    _set_lora_b(model, seed=2, scale=0.002)
+    engine.push_adapter(model)
+    prompts = [list(tokenizer.apply_chat_template([{"role": "user", "content": f"What is {a}+{b}? Answer briefly."}],
+                                                  add_generation_prompt=True, tokenize=True, return_dict=False))
+               for a, b in [(2, 3), (4, 5), (7, 1), (9, 9)]]
+    greedy = SamplingParams(max_tokens=8, greedy=True, eos_token_ids=(tokenizer.eos_token_id,))
+    whole, whole_lps = engine.generate(prompts, 2, greedy)
+    decode, batches = engine._decode, []
+    engine._decode = lambda: (batches.append(engine._batch.n_tokens), decode())[1]
+    monkeypatch.setattr(engine_llama_cpp, "PREFILL_TOKENS", 16)
+    try:
+        split, split_lps = engine.generate(prompts, 2, greedy)
+    finally:
+        engine._decode = decode
+    nodes = len({tuple(p[:i + 1]) for p in prompts for i in range(len(p))})
+    prefill = batches[:-(-nodes // 16)]
+    assert sum(prefill) == nodes and max(prefill) == 16 and len(prefill) >= 3
+    assert split == whole
+    np.testing.assert_allclose(np.concatenate(split_lps), np.concatenate(whole_lps), atol=0.02)
