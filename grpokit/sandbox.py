@@ -262,8 +262,8 @@ def _owned(pid: int | None) -> list[Path]:
         except OSError:
             continue
         for path in entries:
-            owner = path.name[len(PREFIX):].split("-", 1)[0]
-            if owner.isdigit() and (pid is not None or not os.path.exists(f"/proc/{owner}")):
+            owner = path.name[len(PREFIX):].split("-", 1)[0]  # pid 12's glob also finds pid 123's: compared whole
+            if owner.isdigit() and (owner == str(pid) if pid is not None else not os.path.exists(f"/proc/{owner}")):
                 found.append(path)
     return found
 

@@ -385,3 +385,23 @@ def test_as_a_user_without_root_the_user_namespace_mode_says_what_holds():
     seen_root, home, *_ = out["inside"].split("\n")[0].split(" ", 2)
     assert (seen_root, home) == ("False", "False") and out["inside"].split("\n")[1] == "no net"
     assert out["scored"] == [1.0, 0.0]
+
+
+def test_the_sweep_removes_only_what_belongs_to_the_process_named(tmp_path, monkeypatch):
+    """A process's sandboxes carry its pid: pid 12's sweep leaves pid 123's (alive) alone, and the sweep of the dead
+    leaves a live process's alone."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    live = os.getpid()
+    dead = max(int(p) for p in os.listdir("/proc") if p.isdigit()) + 100000  # no such process
+    mine = tmp_path / f"{sandbox.PREFIX}{live}-aaaa"
+    longer = tmp_path / f"{sandbox.PREFIX}{live}0-bbbb"  # another pid that starts with the same digits
+    gone = tmp_path / f"{sandbox.PREFIX}{dead}-cccc"
+    for path in (mine, longer, gone):
+        path.mkdir()
+    assert sandbox.sweep(live) == 1 and not mine.exists() and longer.exists() and gone.exists()
+    mine.mkdir()
+    sandbox.sweep()
+    assert mine.exists() and not gone.exists()
+    assert longer.exists() == os.path.exists(f"/proc/{live}0")  # a dead pid's leftovers go, a live one's stay
