@@ -46,8 +46,19 @@ def _stable_id(*parts: str) -> str:
     return hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
 
 
-def _text(message: Any) -> str:
-    return message.get("content", "") if isinstance(message, dict) else str(message)
+def _text(message: Any) -> str | None:
+    return content_text(message.get("content", "")) if isinstance(message, dict) else str(message)
+
+
+def content_text(content: Any) -> str | None:
+    """A message's content as text: a string, or the OpenAI list of text parts ([{"type": "text", "text": ...}],
+    joined as chat templates join them). None for anything else (null, a number, an image part): only text is read."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    return None
 
 
 def format_ultrafeedback(row: Row) -> Mapped:
@@ -300,14 +311,19 @@ def _as_messages(value: Any) -> list[dict[str, str]] | None:
     if isinstance(value, str):
         return [{"role": "user", "content": value}] if value.strip() else None
     if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
-        return [{"role": m["role"], "content": m["content"]} for m in value]
+        messages = [{"role": m["role"], "content": content_text(m["content"])} for m in value]
+        # a turn without text (null, an image part) would reach the chat template as a non-string: malformed
+        return messages if all(m["content"] is not None for m in messages) else None
     return None
 
 
 def _reply_text(value: Any) -> str | None:
+    """A reply as text: a string, a message list (its last turn's text) or one message's list of text parts."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and value and isinstance(value[-1], dict):
+    if content_text(value) is not None:
+        return content_text(value)
+    if isinstance(value, list) and value and isinstance(value[-1], dict) and "content" in value[-1]:
         return _text(value[-1])
     return None
 
@@ -441,6 +457,30 @@ def _tests_as_list(row: Row, where: str) -> Row:
     return row
 
 
+def _message_texts(row: Row, where: str) -> Row:
+    """The row with every message list's content as text (OpenAI's text parts joined), so one column kind holds
+    both spellings; a content that is no text (an image part, a number) is refused: only text is read."""
+    out = row
+    for key, value in row.items():
+        if not (isinstance(value, list) and value
+                and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)):
+            continue
+        messages = []
+        for number, message in enumerate(value, 1):
+            content = message["content"]
+            text = content_text(content)
+            if text is None and content is not None:  # null: the formatter drops the row as malformed (counted)
+                other = next((p for p in content if not (isinstance(p, dict) and p.get("type") == "text")), None) \
+                    if isinstance(content, list) and content else content
+                what = (f"a part of type '{other['type']}'" if isinstance(other, dict) and "type" in other
+                        else json.dumps(other, default=str)[:60])
+                raise UsageError(f"{where}: '{key}' message {number} has {what} in its content: only text is read; "
+                                 'give a string or text parts [{"type": "text", "text": "..."}].')
+            messages.append({**message, "content": text} if text is not None else message)
+        out = {**out, key: messages}
+    return out
+
+
 def answer_aliases(raw: Any) -> list[str] | None:
     """Every accepted answer of a row, first the one shown: a string or number is one; a list holds aliases
     (["Paris", "City of Paris"]); a dict is TriviaQA's {"value": ..., "aliases": [...]} or SQuAD's
@@ -517,6 +557,7 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
                 f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
                 f"'{fmt}' rows: use one format per file."
             )
+        row = _message_texts(row, f"{path}:{lineno}")
         if fmt == "tests":
             row = _tests_as_list(row, f"{path}:{lineno}")
         if fmt == "qa":
@@ -964,6 +1005,7 @@ def as_grpo_dataset(dataset, config):
     check_field_names(fmt, rows[0], names, "the dataset")
     formatter = make_custom_formatter(fmt, names)
     report = DatasetReport(source="the dataset passed to train()", format=fmt)
+    rows = [_message_texts(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)]
     rows = [_tests_as_list(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "tests" else rows
     rows = [_qa_answers(r, names, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "qa" else rows
     _uniform_columns(rows, "train(dataset)")

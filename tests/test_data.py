@@ -186,6 +186,44 @@ def test_custom_jsonl_formats_are_detected(tmp_path, rows, fmt, columns):
     assert train[0]["prompt"][-1] == {"role": "user", "content": train[0]["prompt"][-1]["content"]}
 
 
+def _parts(text):
+    return [{"type": "text", "text": text}]
+
+
+@pytest.mark.parametrize(
+    "rows, prompt, column, value",
+    [  # OpenAI's content as a list of text parts, in one turn or beside plain strings: read as the joined text
+        ([{"prompt": [{"role": "user", "content": _parts("Capital of France?")}], "answer": "Paris"}],
+         [{"role": "user", "content": "Capital of France?"}], "answer", "Paris"),
+        ([{"prompt": [{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": [*_parts("Capital "), *_parts("of France?")]}], "answer": "Paris"}],
+         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}], "answer",
+         "Paris"),
+        ([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _parts("hello")}]}],
+         [{"role": "user", "content": "hi"}], "chosen", "hello"),
+        ([{"prompt": "p", "chosen": [{"role": "assistant", "content": _parts("good")}], "rejected": "bad"}],
+         [{"role": "user", "content": "p"}], "chosen", "good"),
+    ],
+)
+def test_message_content_as_text_parts_is_read_as_text(tmp_path, rows, prompt, column, value):
+    train, _, _ = load_grpo_dataset(custom_data=_jsonl(tmp_path, rows * 3), eval_fraction=0)
+    assert train[0]["prompt"] == prompt and train[0][column] == value
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ([*_parts("What is this?"), {"type": "image_url", "image_url": {"url": "x.png"}}],
+         "'prompt' message 1 has a part of type 'image_url' in its content: only text is read"),
+        (42, "'prompt' message 1 has 42 in its content: only text is read"),
+    ],
+)
+def test_message_content_that_is_not_text_is_one_line(cli, tmp_path, content, words):
+    path = _jsonl(tmp_path, [{"prompt": [{"role": "user", "content": content}], "answer": "a cat"}])
+    code, _, err = cli("--custom-data", path, "--model", "smollm2-135m", "--dry-run")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
+
+
 def test_custom_field_names_and_system_prompt(tmp_path):
     path = _jsonl(tmp_path, [{"instruction": "Say hi", "target": "hi"}] * 3)
     from data_loader import FieldNames
