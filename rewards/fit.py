@@ -37,22 +37,46 @@ def rows_as_data(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str
     """`--score-completions` rows read as a run reads custom data: (their format, the rows as the run maps them),
     so `default_reward_preset` picks the reward a run on the same rows would. The completion(s) being scored are
     not part of the data."""
+    fmt, mapped = _map_rows(config, rows)
+    return fmt, [out for out, _ in mapped if out is not None]
+
+
+def rows_as_scored(config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`--score-completions` rows with the reference columns a run on them scores against: the answer after a
+    GSM8K '####', an HH transcript's or a message list's final reply as `chosen` / `rejected`, `--answer-field`'s
+    column as `answer`. The row's own columns stay beside them (a code row's `test_list`, its completions). A row
+    a run would drop is refused with the reason: a run never scores it."""
+    from config.errors import UsageError
+    from data_loader import REFERENCE_COLUMNS
+
+    _, mapped = _map_rows(config, rows)
+    scored = []
+    for number, (row, (out, reason)) in enumerate(zip(rows, mapped, strict=True), 1):
+        if reason:
+            raise UsageError(f"--score-completions row {number}: a run would drop this row ({reason}): fix the row "
+                             "or leave it out.")
+        columns = {k: v for k, v in (out or {}).items() if k in REFERENCE_COLUMNS and v is not None}
+        scored.append({**row, **columns})
+    return scored
+
+
+def _map_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[tuple[dict[str, Any] | None, str | None]]]:
+    """(format, (mapped row, drop reason) per row); (None, None) for a row of another shape than the first (the
+    preview scores it as it is) and for every row when no custom format fits."""
     from data_loader import FieldNames, detect_custom_format, make_custom_formatter
 
     names = FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field)
     data = [{k: v for k, v in row.items() if k not in ("completion", "completions")} for row in rows]
     fmt = detect_custom_format(data[0], names) if data else None
     if fmt is None:
-        return "", data
+        return "", [(None, None)] * len(data)
     formatter = make_custom_formatter(fmt, names)
     mapped = []
     for row in data:
         try:
-            out, _ = formatter(row)
+            mapped.append(formatter(row))
         except (KeyError, TypeError, ValueError):  # a row of another shape: the preview scores it as it is
-            out = None
-        if out is not None:
-            mapped.append(out)
+            mapped.append((None, None))
     return fmt, mapped
 
 

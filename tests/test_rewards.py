@@ -268,6 +268,39 @@ def test_score_completions_through_the_cli(cli, tmp_path):
     assert second["zero_variance"] is True
 
 
+HH_TURN = "\n\nHuman: Say hi\n\nAssistant: "
+
+
+@pytest.mark.parametrize(
+    "row, flags, component, expected",
+    [  # the preview scores against the columns a run maps from the row, not the row's raw text
+        ({"prompt": "How many?", "answer": "1,000 + 234 = 1,234 apples.\n#### 1,234", "completion": "It is 1234."},
+         [], "accuracy", 1.0),  # GSM8K's worked answer: the number after '####'
+        ({"chosen": HH_TURN + "hello there friend", "rejected": HH_TURN + "go away", "completion": "hello there friend"},
+         [], "similarity", 1.0),  # HH transcripts: the final replies
+        ({"prompt": "Say hi", "chosen": [{"role": "assistant", "content": "hello there friend"}],
+          "rejected": [{"role": "assistant", "content": "go away"}], "completion": "hello there friend"},
+         [], "similarity", 1.0),  # message lists: the final reply
+        ({"q": "2+3?", "label": "5", "completion": "5"}, ["--prompt-field", "q", "--answer-field", "label"],
+         "accuracy", 1.0),  # --answer-field's column is the answer
+    ],
+)
+def test_score_completions_scores_the_columns_a_run_maps(cli, tmp_path, row, flags, component, expected):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps(row) + "\n")
+    code, out, err = cli("--score-completions", str(samples), *flags)
+    assert code == 0, err
+    assert json.loads(out)["scores"][component] == pytest.approx(expected)
+
+
+def test_score_completions_refuses_a_row_a_run_would_drop(cli, tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"prompt": "Is water wet?", "answer": True, "completion": "True"}) + "\n")
+    code, _, err = cli("--score-completions", str(samples))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "row 1: a run would drop this row (answer is neither a text, a number nor a list" in err
+
+
 def test_registry_names_match_component_names():
     assert all(cls.name == key for key, cls in REGISTRY.items())
 
