@@ -21,11 +21,14 @@ _BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
 
 
 def normalise_number(text: str) -> float | None:
+    """A number's value ('1,234' -> 1234.0, '$5' -> 5.0), else None. 'infinity' and 'nan', which float() reads too,
+    are text answers: as numbers, no completion could ever match them."""
     cleaned = text.strip().replace(",", "").replace("$", "").rstrip(".")
     try:
-        return float(cleaned)
+        value = float(cleaned)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None
 
 
 def extract_final_answer(text: str, answer_tag: str = "answer") -> str | None:

@@ -106,6 +106,17 @@ def test_score_completions_picks_the_reward_a_run_on_the_same_rows_picks(cli, tm
     assert json.loads(out)["rewards"]["components"] == list(first["scores"])
 
 
+@pytest.mark.parametrize("word", ["infinity", "Infinity", "NaN"])
+def test_words_float_reads_are_text_answers_not_numbers(cli, tmp_path, word):
+    """float() reads 'infinity' and 'nan': taken for numbers, such rows got the exact-number reward, which finds no
+    number in "infinity" and scored the right answer 0."""
+    rows = [{"question": "What is 12 + 30?", "answer": "42", "completion": "42"},
+            {"question": "What does the sum diverge to?", "answer": word, "completion": f"It diverges to {word}."}]
+    code, out, err = cli("--score-completions", write_jsonl(tmp_path / "samples.jsonl", rows))
+    assert code == 0, err
+    assert [json.loads(line)["scores"] for line in out.splitlines()] == [{"qa": 1.0}, {"qa": 1.0}]
+
+
 def test_several_accepted_answers_each_score_and_every_shape_is_read(cli, tmp_path):
     """TriviaQA / SQuAD list more than one right answer: a list in the data, TriviaQA's {"value", "aliases"} or
     SQuAD's {"text": [...]}, beside plain ones in the same file. Any accepted answer scores 1.0 (a run and
