@@ -354,12 +354,14 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
         messages = _as_messages(row["messages"])
         if messages is None:
             return None, "malformed messages"
-        # A final assistant turn is the reference reply; the prompt is everything before it.
-        chosen = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
-        prompt = messages[:-1] if chosen else messages
+        # A final assistant turn is the reference reply; the prompt is everything before it. Without one the row is
+        # a prompt alone (no `chosen`, so the rewards that need one say so instead of scoring None).
+        replied = messages[-1]["role"] == "assistant"
+        prompt = messages[:-1] if replied else messages
         if not prompt:
             return None, "no turn before the assistant reply"
-        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt, "chosen": chosen}, None
+        return {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt,
+                "chosen": messages[-1]["content"] if replied and messages[-1]["content"].strip() else None}, None
 
     def fmt_qa(row: Row) -> Mapped:
         prompt = _as_messages(row[prompt_key(row)])

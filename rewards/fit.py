@@ -29,6 +29,9 @@ def default_reward_preset(config, data_format: str, rows=None) -> str:
     if config.custom_data or data_format in CUSTOM_FORMATS:
         if data_format == "qa":
             return "math" if answers_are_numbers(rows) else "qa"
+        if data_format == "messages" and rows is not None and not any(
+                rows[i].get("chosen") for i in range(min(PROBE_ROWS * 4, len(rows)))):
+            return "keywords"  # conversations with no final assistant turn: prompts only
         return {"prompt": "keywords", "tests": "code"}.get(data_format, "balanced")
     return DATASETS[config.dataset].default_rewards if config.dataset in DATASETS else "balanced"
 

@@ -224,6 +224,21 @@ def test_message_content_that_is_not_text_is_one_line(cli, tmp_path, content, wo
     assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
 
 
+def test_conversations_without_a_final_reply_are_prompts(cli, tmp_path):
+    """Rows of `messages` that end in a user turn have no reference reply: they get the prompt-only rewards, as
+    {"prompt": ...} rows do (the preference rewards scored None on every row, and the error advised them again)."""
+    rows = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"A haiku on {w}"}]}
+            for w in ("rain", "snow", "wind")]
+    code, out, err = cli("--custom-data", _jsonl(tmp_path, rows), "--model", "smollm2-135m", "--dry-run")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["dataset"]["format"] == "messages" and "chosen" not in document["dataset"]["examples"][0]
+    code, prompts_only, err = cli("--custom-data", _jsonl(tmp_path, [{"prompt": "A haiku on rain"}], "p.jsonl"),
+                                  "--model", "smollm2-135m", "--dry-run")
+    assert code == 0, err
+    assert document["rewards"] == json.loads(prompts_only)["rewards"]
+
+
 def test_custom_field_names_and_system_prompt(tmp_path):
     path = _jsonl(tmp_path, [{"instruction": "Say hi", "target": "hi"}] * 3)
     from data_loader import FieldNames
