@@ -1000,6 +1000,10 @@ def as_grpo_dataset(dataset, config):
     if not rows:
         raise UsageError("train(dataset): the dataset has no rows.")
     names = FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field)
+    if not names.chosen and all(_mapped_conversation(r) for r in rows):
+        # mapped `messages` rows (create_grpo_dataloader's): the conversation again, so its reply stays `chosen`
+        rows = [{"id": r.get("id"), "messages": [*r["prompt"], *([{"role": "assistant", "content": r["chosen"]}]
+                                                                 if r.get("chosen") else [])]} for r in rows]
     fmt = detect_custom_format(rows[0], names)
     if fmt is None:
         raise UsageError(f"train(dataset): rows have no usable fields (found {', '.join(sorted(rows[0]))}). "
@@ -1025,6 +1029,12 @@ def as_grpo_dataset(dataset, config):
         raise UsageError("train(dataset): no usable rows after mapping: check the data.")
     report.rows = {"train": len(train), "eval": len(evaluation) if evaluation is not None else 0}
     return train, evaluation, report
+
+
+def _mapped_conversation(row: Row) -> bool:
+    """A row this loader mapped from `messages` data: a message-list prompt and a `chosen` reply, no `rejected`."""
+    return ("chosen" in row and "rejected" not in row and isinstance(row.get("prompt"), list)
+            and _as_messages(row["prompt"]) is not None)
 
 
 def filter_long_prompts(train, evaluation, tokenizer, max_prompt_length: int, report: DatasetReport):

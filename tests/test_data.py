@@ -309,6 +309,21 @@ def test_python_api_create_grpo_dataloader():
     assert batch[0]["prompt_text"].startswith("<|im_start|>") and batch[0]["answer"]
 
 
+def test_python_api_conversations_passed_back_keep_their_reply(tmp_path):
+    """create_grpo_dataloader's rows of `messages` data (prompt + chosen, no rejected), handed to train(): the reply
+    stays `chosen` and the preference rewards score against it (they were read as prompts alone, reply dropped)."""
+    from data_loader import create_grpo_dataloader
+    from grpo_trainer import GRPOConfig, GRPOTrainer
+
+    rows = [{"messages": [{"role": "user", "content": f"Say hi {i}"}, {"role": "assistant", "content": f"hello {i}"}]}
+            for i in range(6)]
+    _, dataset = create_grpo_dataloader(model_name="smollm2-135m", dataset_name=_jsonl(tmp_path, rows), max_samples=6)
+    trainer = GRPOTrainer(GRPOConfig(model_name="smollm2-135m", eval_fraction=0.0, output_dir=str(tmp_path / "out")))
+    train, _, report = trainer.load_data(dataset)
+    assert report.format == "messages" and sorted(train["chosen"]) == [f"hello {i}" for i in range(6)]
+    assert "similarity" in trainer.build_rewards().names
+
+
 def test_custom_data_second_load_comes_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
     path = _jsonl(tmp_path, [{"prompt": f"p{i}", "chosen": "c", "rejected": "r"} for i in range(20)])
