@@ -446,6 +446,13 @@ def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -
             fix = (f" Preference data needs both: add --{partner}-field." if partner else "")
             raise UsageError(f"--{role}-field {given} is not used: the rows were read as '{fmt}' data "
                              f"({CUSTOM_FORMATS[fmt]}).{fix}")
+    if fmt == "prompt":  # a reply column the prompt-only format would drop without a word
+        chosen, rejected = names.chosen or "chosen", names.rejected or "rejected"
+        for present, absent in ((chosen, rejected), (rejected, chosen)):
+            if present in row and absent not in row:
+                raise UsageError(f"{path}: the rows have '{present}' but no '{absent}', so they were read as prompts "
+                                 f"alone and '{present}' would not be used: preference data needs both; a reference "
+                                 "reply alone goes in 'completion'.")
 
 
 def _tests_as_list(row: Row, where: str) -> Row:

@@ -258,6 +258,8 @@ def test_custom_field_names_and_system_prompt(tmp_path):
          "data.jsonl:2: this row is in the 'preference' format but the file started with 'qa'"),
         (["[1, 2]"], "data.jsonl:1: each line must be a JSON object"),
         ([], "has no rows"),
+        ([{"prompt": "Say hi", "chosen": "hello"}], "data.jsonl: the rows have 'chosen' but no 'rejected', so they "
+                                                    "were read as prompts alone and 'chosen' would not be used"),
     ],
 )
 def test_bad_custom_files(tmp_path, rows, message):
