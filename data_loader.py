@@ -702,7 +702,34 @@ def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split
     # accepted answers beside `answer` only where some row has more than one
     if "answer_aliases" in mapped.column_names and all(len(v or ()) <= 1 for v in mapped["answer_aliases"]):
         mapped = mapped.remove_columns("answer_aliases")
-    return mapped
+    return _distinct_ids(mapped, split, report)
+
+
+def _distinct_ids(mapped, split: str, report: DatasetReport):
+    """One id per prompt: the EMA baseline and the generation logs follow a prompt by its id, so rows that share an
+    id but not a prompt (a user's "id": 1 in two concatenated files) would share one prompt's baseline. The later
+    ones get a suffix ("7#2"), said in the report; the same prompt repeated keeps its id. Ids are text, as the
+    formatters make them (datasets keeps a numeric `id` column's type through the map)."""
+    import datasets
+
+    if len(mapped) and getattr(mapped.features.get("id"), "dtype", "string") != "string":
+        mapped = mapped.cast_column("id", datasets.Value("string"))
+    seen: dict[str, str] = {}
+    renamed: dict[int, str] = {}
+    for index, (row_id, prompt) in enumerate(zip(mapped["id"], mapped["prompt"], strict=True)):
+        key = json.dumps(prompt, sort_keys=True, default=str)
+        new_id, n = row_id, 1
+        while seen.setdefault(new_id, key) != key:
+            n += 1
+            new_id = f"{row_id}#{n}"
+        if new_id != row_id:
+            renamed[index] = new_id
+    if not renamed:
+        return mapped
+    report.notes.append(f"{len(renamed)} {split} row(s) shared an id with a different prompt: renamed (e.g. "
+                        f"{next(iter(renamed.values()))!r}), so each prompt keeps its own baseline")
+    return mapped.map(lambda row, index: {"id": renamed.get(index, row["id"])}, with_indices=True,
+                      load_from_cache_file=False, desc=f"Distinct ids ({split})")
 
 
 def _hub_error(spec_name: str, hub_id: str, err: Exception) -> UsageError:

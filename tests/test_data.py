@@ -338,3 +338,19 @@ def test_custom_data_second_load_comes_from_the_cache(tmp_path, monkeypatch):
     third = load_grpo_dataset(custom_data=path, eval_fraction=0.2, seed=2)
     assert list(third[0]["id"]) != list(first[0]["id"])  # another shuffle order
     assert len(list((tmp_path / "cache" / "datasets").iterdir())) == 2
+
+
+def test_rows_sharing_an_id_but_not_a_prompt_get_their_own_ids(tmp_path):
+    """The EMA baseline follows a prompt by its id: two files concatenated, each numbering its rows from 1, would
+    give different prompts one baseline. The later ones are renamed (said in the report); a repeated prompt keeps
+    its id; ids are text whatever the file gave."""
+    from grpo_trainer import GRPOConfig, GRPOTrainer
+
+    rows = [{"id": 1, "question": "What is 2+2?", "answer": "4"}, {"id": 1, "question": "What is 3+3?", "answer": "6"},
+            {"id": 1, "question": "What is 2+2?", "answer": "4"}, {"id": 2, "question": "What is 5+5?", "answer": "10"}]
+    trainer = GRPOTrainer(GRPOConfig(model_name="smollm2-135m", output_dir=str(tmp_path / "out"), eval_fraction=0.0))
+    train, _, report = trainer.load_data(rows)
+    ids = {row["prompt"][-1]["content"]: row["id"] for row in train}
+    assert ids == {"What is 2+2?": "1", "What is 3+3?": "1#2", "What is 5+5?": "2"}
+    assert [row["id"] for row in train].count("1") == 2  # the same prompt twice: one id, one baseline
+    assert any("1 train row(s) shared an id with a different prompt" in note for note in report.notes)
