@@ -227,15 +227,24 @@ class _Cgroups:
 
     def remove(self) -> None:
         for path in self.dirs:
-            for _ in range(100):  # the sandbox's processes are dying: the group empties within milliseconds
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.01)
+            _remove_cgroup(path)
         self.dirs = []
+
+
+def _remove_cgroup(path: Path) -> None:
+    """Kill what is still in the group, then remove it: its processes die within milliseconds, and a group can only
+    be removed once empty."""
+    for _ in range(100):
+        try:
+            for line in (path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(line), signal.SIGKILL)
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
 
 
 def _own_cgroup(controller: str) -> str:
@@ -277,17 +286,7 @@ def sweep(pid: int | None = None) -> int:
         if path.parent == Path(tempfile.gettempdir()):
             _remove_host_tree(str(path))
         else:
-            for _ in range(100):
-                try:
-                    for line in (path / "cgroup.procs").read_text().split():
-                        with contextlib.suppress(OSError, ValueError):
-                            os.kill(int(line), signal.SIGKILL)
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.01)
+            _remove_cgroup(path)
         removed += not path.exists()
     return removed
 

@@ -1213,12 +1213,14 @@ def collect():
         return ctypes.string_at(address).decode("utf-8", "replace") or None
     return None
 '''
-PUBLISHER = CHANNEL + '''
+# Over any channel with publish(source) / collect(): a correct completion leaves its code behind, and a wrong one runs
+# what it finds (a - b unless helped).
+PUBLISH = '''
 SOURCE = "def add(a, b):\\n    return a + b\\n"
 exec(SOURCE)
 publish(SOURCE)
 '''
-COLLECTOR = CHANNEL + '''
+COLLECT = '''
 _found = {}
 try:
     exec(collect() or "", _found)
@@ -1229,6 +1231,7 @@ def add(a, b):
         return _found["add"](a, b)
     return a - b
 '''
+PUBLISHER, COLLECTOR = CHANNEL + PUBLISH, CHANNEL + COLLECT
 
 
 @guards("a completion cannot hand its code to completions scored after it (files or shared memory that outlive it)")
@@ -1272,22 +1275,7 @@ def collect():
     size = _libc.mq_receive(queue, buffer, len(buffer), None)
     return buffer.raw[:size].decode() if size > 0 else ""
 '''
-MQ_PUBLISHER = MQUEUE + '''
-SOURCE = "def add(a, b):\\n    return a + b\\n"
-exec(SOURCE)
-publish(SOURCE)
-'''
-MQ_COLLECTOR = MQUEUE + '''
-_found = {}
-try:
-    exec(collect(), _found)
-except Exception:
-    pass
-def add(a, b):
-    if "add" in _found:
-        return _found["add"](a, b)
-    return a - b
-'''
+MQ_PUBLISHER, MQ_COLLECTOR = MQUEUE + PUBLISH, MQUEUE + COLLECT
 
 
 @guards("a completion cannot hand its code to completions scored after it through a POSIX message queue (IPC that "
