@@ -321,8 +321,8 @@ def _reply_text(value: Any) -> str | None:
     """A reply as text: a string, a message list (its last turn's text) or one message's list of text parts."""
     if isinstance(value, str):
         return value
-    if content_text(value) is not None:
-        return content_text(value)
+    if (text := content_text(value)) is not None:
+        return text
     if isinstance(value, list) and value and isinstance(value[-1], dict) and "content" in value[-1]:
         return _text(value[-1])
     return None
@@ -504,7 +504,8 @@ def answer_aliases(raw: Any) -> list[str] | None:
         if not {"value", "aliases", "text", "normalized_aliases"} & set(raw):
             return None
         value = raw.get("value")
-        items = [*([value] if value is not None else []), *(raw.get("aliases") or []), *(raw.get("text") or [])]
+        items = [*([value] if value is not None else []), *(raw.get("aliases") or []), *(raw.get("text") or []),
+                 *(raw.get("normalized_aliases") or [])]
     else:
         items = list(raw)
     if any(isinstance(x, (bool, list, tuple, dict)) or x is None for x in items):

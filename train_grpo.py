@@ -277,17 +277,17 @@ def preview_rewards(config, path: Path) -> None:
     from data_loader import iter_jsonl
     from grpokit.run import reward_set_for
     from rewards import score_rows
-    from rewards.fit import rows_as_data, rows_as_scored
+    from rewards.fit import preview_rows
 
     rows = []
     for lineno, row in iter_jsonl(path, "--score-completions"):
         if not ("completion" in row or isinstance(row.get("completions"), list)):
             raise UsageError(f"{path}:{lineno}: each row needs 'completion' (a string) or 'completions' (a list).")
         rows.append(row)
-    data_format, mapped = rows_as_data(config, rows)
-    reward_set = reward_set_for(config, data_format, [], mapped)
     # scored against the columns a run maps (GSM8K's final number, an HH transcript's final reply), not the raw text
-    for result in score_rows(reward_set, rows_as_scored(config, rows), timeout=config.reward_timeout):
+    data_format, mapped, scored = preview_rows(config, rows)
+    reward_set = reward_set_for(config, data_format, [], mapped)
+    for result in score_rows(reward_set, scored, timeout=config.reward_timeout):
         print(json.dumps(result, ensure_ascii=False))
 
 

@@ -360,13 +360,15 @@ MERGED_DTYPES = ("auto", "bfloat16", "float16", "float32")
 UPDATE_ERROR_WARN = 0.25
 
 
-def update_error(model, dtype) -> float:
-    """How far weights rounded to `dtype` carry the LoRA update: ||round(W + BA) - W - BA|| / ||BA|| over every
-    LoRA layer of the PEFT `model` (0 = exactly; 1 = as if untrained), one layer's delta at a time."""
+def update_error(model, dtypes) -> dict[str, float]:
+    """How far weights rounded to each of `dtypes` carry the LoRA update: ||round(W + BA) - W - BA|| / ||BA|| over
+    every LoRA layer of the PEFT `model` (0 = exactly; 1 = as if untrained), by dtype name; one layer's delta at a
+    time, computed once for all dtypes."""
     import torch
     from peft.tuners.lora import LoraLayer
 
-    error = total = 0.0
+    error = dict.fromkeys(dtypes, 0.0)
+    total = 0.0
     with torch.no_grad():
         for module in model.modules():
             if not isinstance(module, LoraLayer):
@@ -376,9 +378,11 @@ def update_error(model, dtype) -> float:
                 if name not in module.lora_A:
                     continue
                 delta = module.get_delta_weight(name).float()
-                error += ((weight + delta).to(dtype).float() - weight - delta).pow(2).sum().item()
+                exact = weight + delta
+                for dtype in error:
+                    error[dtype] += (exact.to(dtype).float() - exact).pow(2).sum().item()
                 total += delta.pow(2).sum().item()
-    return (error / total) ** 0.5 if total else 0.0
+    return {str(dtype).removeprefix("torch."): (e / total) ** 0.5 if total else 0.0 for dtype, e in error.items()}
 
 
 def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | None = None,
@@ -404,8 +408,7 @@ def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | Non
         except (RuntimeError, ValueError, KeyError) as err:
             raise UsageError(f"{adapter_dir}: the adapter does not fit the base model {base_dir} "
                              f"({str(err).splitlines()[0][:200]}): pass the right --base-model.") from None
-        error = {str(dtype).removeprefix("torch."): update_error(model, dtype)
-                 for dtype in {save_dtype, torch.bfloat16, torch.float16}} if measure else {}
+        error = update_error(model, {save_dtype, torch.bfloat16, torch.float16}) if measure else {}
         progress.update("merging")
         merged = model.merge_and_unload().to(save_dtype)
         progress.update("writing")

@@ -535,8 +535,8 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
                    "use 4-bit, a smaller model or batch, or shard it (config/accelerate/deepspeed_zero3.yaml)")
             refusal = (f"this plan needs ~{need:.0f} GiB per GPU ({_largest(plan.memory)}) and the "
                        f"{machine.gpu_name or 'GPU'} has {have:.0f} GiB: {fix}; --dry-run shows the plan.")
-        elif vllm_share_refusal(plan.memory, machine):
-            refusal = vllm_share_refusal(plan.memory, machine)
+        elif why := vllm_share_refusal(plan.memory, machine):
+            refusal = why
         elif eval_problem:
             refusal = (f"{eval_problem}: lower --max-generation-samples / eval_pass_k / generation_max_new_tokens, or "
                        "--disable-generation-logging.")

@@ -811,23 +811,29 @@ _TRUSTED_MAIN = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from grpokit.sandbox import trusted_main
-trusted_main()
+trusted_main(sys.argv[2])
 """
 TRUSTED_MEMORY_MB = 4096
 
 
-def trusted_main() -> None:
+def trusted_main(probed: str = "") -> None:
     """A helper process's loop: read {"target": "module:function", "payload": {...}} frames, answer each with
     {"ok": result} or {"error": ...} (a SandboxError) or {"crash": ...}. Frames go over a copy of stdout; the real
-    stdout goes to stderr, so nothing a library prints can corrupt them."""
+    stdout goes to stderr, so nothing a library prints can corrupt them. `probed`: the trainer's probe of this
+    machine (JSON), so the helper neither probes again (a sandboxed job, inside its first call's deadline) nor
+    sweeps."""
     import importlib
     import resource
 
+    if probed:
+        with _LOCK:
+            _STATE.update(json.loads(probed), logged=True)
     out = os.dup(1)
     os.dup2(2, 1)
-    try:  # a bomb of the code's data (a huge int in a test's arithmetic) ends here as MemoryError
+    try:  # a bomb of the code's data (a huge int in a test's arithmetic) ends here as MemoryError; the soft limit
+        # only: the sandboxes this process starts inherit it, and each sets its own memory_mb above it if asked
         limit = TRUSTED_MEMORY_MB << 20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     except (ValueError, OSError):
         pass
     while True:
@@ -857,7 +863,10 @@ class _Trusted:
 
     def __init__(self):
         root = str(Path(__file__).resolve().parent.parent)
-        self.process = subprocess.Popen([sys.executable, "-c", _TRUSTED_MAIN, root], stdin=subprocess.PIPE,
+        protections()  # probed here once, handed to every helper
+        with _LOCK:
+            probed = json.dumps({"mode": _STATE["mode"], "protections": _STATE["protections"]})
+        self.process = subprocess.Popen([sys.executable, "-c", _TRUSTED_MAIN, root, probed], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def call(self, target: str, payload: dict, seconds: float) -> dict | None:

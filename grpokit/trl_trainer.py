@@ -30,6 +30,12 @@ from grpokit.shared_prompts import distinct_rows, generate_with_shared_prompts, 
 _PACKED_MASK = {"sdpa": "bool", "eager": "additive", "grpo_eager_gqa": "additive"}
 
 
+@functools.cache
+def _scores_inside_its_loss(method) -> bool:
+    """Unsloth's compiled GPU trainer: its log-prob method takes `compute_efficient` (read once per class)."""
+    return "compute_efficient" in inspect.signature(method).parameters
+
+
 class TRLGRPOTrainer(trl.GRPOTrainer):
     """TRL's GRPOTrainer plus what this tool adds; every addition is a constructor argument.
 
@@ -101,7 +107,7 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         # method keeps every call: it scores old / reference log-probs with the scorer of its fused policy loss, so
         # that the ratio starts at 1 and the KL is unbiased (its note in grpo_trainer__get_per_token_logps_and_...).
         parent = super()._get_per_token_logps_and_entropies
-        if (not self.share_prompts or "compute_efficient" in inspect.signature(parent).parameters
+        if (not self.share_prompts or _scores_inside_its_loss(getattr(parent, "__func__", parent))
                 or any(v is not None and v is not False for v in (*args, *kwargs.values()))):
             return parent(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, *args,
                           **kwargs)

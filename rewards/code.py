@@ -587,7 +587,7 @@ class CodeExecution(RewardComponent):
     the tests use. The hack monitor (rewards/code_monitor.py) flags code that reaches for what a solution never
     needs (`code/hack_suspected`); `zero_suspected` scores flagged completions 0. `require_sandbox` refuses to
     run code where this machine cannot isolate it. Completions run in parallel, `workers` at a time (0 = one per
-    core of this process's CPU affinity, divided among the ranks of this node). `sandbox_url`: send them to a
+    core this process may use (CPU affinity, cgroup quota), divided among the ranks of this node). `sandbox_url`: send them to a
     SandboxFusion service instead (the whole program runs there, verdict included: the split verdict needs the
     local sandbox). Per completion, `last_details` keeps passed / total / status / suspected / stderr tail of the
     latest call; `last_metrics` the call's code/hack_suspected (share of completions flagged) and
@@ -744,14 +744,12 @@ class CodeExecution(RewardComponent):
 
 
 def _cores_for_this_process() -> int:
-    """The cores this process may use (its CPU affinity), shared among the processes of this node: under
-    torchrun / accelerate every rank scores its own completions, and 8 ranks x all cores of sandboxes would time
-    out correct code."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, cores // _local_ranks())
+    """The cores this process may use (its CPU affinity, capped by a cgroup quota: the sandboxes' groups sit
+    under its own), shared among the processes of this node: under torchrun / accelerate every rank scores its own
+    completions, and 8 ranks x all cores of sandboxes would time out correct code."""
+    from grpokit.cpu_threads import usable_cores
+
+    return max(1, usable_cores()[0] // _local_ranks())
 
 
 def _local_ranks() -> int:

@@ -36,23 +36,17 @@ def default_reward_preset(config, data_format: str, rows=None) -> str:
     return DATASETS[config.dataset].default_rewards if config.dataset in DATASETS else "balanced"
 
 
-def rows_as_data(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """`--score-completions` rows read as a run reads custom data: (their format, the rows as the run maps them),
-    so `default_reward_preset` picks the reward a run on the same rows would. The completion(s) being scored are
-    not part of the data."""
-    fmt, mapped = _map_rows(config, rows)
-    return fmt, [out for out, _ in mapped if out is not None]
-
-
-def rows_as_scored(config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`--score-completions` rows with the reference columns a run on them scores against: the answer after a
-    GSM8K '####', an HH transcript's or a message list's final reply as `chosen` / `rejected`, `--answer-field`'s
-    column as `answer`. The row's own columns stay beside them (a code row's `test_list`, its completions). A row
-    a run would drop is refused with the reason: a run never scores it."""
+def preview_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """`--score-completions` rows read as a run reads custom data, mapped once: (their format, the rows as the run
+    maps them, so `default_reward_preset` picks the reward a run on the same rows would; the rows to score, each
+    with the reference columns a run scores against: the answer after a GSM8K '####', an HH transcript's or a
+    message list's final reply as `chosen` / `rejected`, `--answer-field`'s column as `answer`). The row's own
+    columns stay beside them (a code row's `test_list`, its completions). A row a run would drop is refused with
+    the reason: a run never scores it."""
     from config.errors import UsageError
     from data_loader import REFERENCE_COLUMNS
 
-    _, mapped = _map_rows(config, rows)
+    fmt, mapped = _map_rows(config, rows)
     scored = []
     for number, (row, (out, reason)) in enumerate(zip(rows, mapped, strict=True), 1):
         if reason:
@@ -60,7 +54,7 @@ def rows_as_scored(config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                              "or leave it out.")
         columns = {k: v for k, v in (out or {}).items() if k in REFERENCE_COLUMNS and v is not None}
         scored.append({**row, **columns})
-    return scored
+    return fmt, [out for out, _ in mapped if out is not None], scored
 
 
 def _map_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[tuple[dict[str, Any] | None, str | None]]]:

@@ -82,16 +82,22 @@ def straight(tmp_path_factory):
 
 
 def sandbox_leftovers() -> set[str]:
-    """What code sandboxes leave on the host once their owner is gone: cgroups, mount points / job roots, processes.
-    Compare before and after a run: a run must remove all of its own."""
+    """What code sandboxes left on the host with no owner alive: cgroups and mount points / job roots whose owner pid
+    (in their name) is gone, and sandbox processes orphaned to pid 1. Compare before and after a run: a run must
+    remove all of its own (another live run's sandboxes, which this machine may be running, are not counted)."""
     import glob
     import tempfile
 
     import psutil
 
-    found = set(glob.glob("/sys/fs/cgroup/**/grpokit-sandbox-*", recursive=True))
-    found |= set(glob.glob(os.path.join(tempfile.gettempdir(), "grpokit-sandbox-*")))
-    for process in psutil.process_iter(["cmdline"]):
-        if any("sandbox_worker" in arg or "grpokit-sandbox-" in arg for arg in process.info["cmdline"] or []):
+    found = set()
+    for path in [*glob.glob("/sys/fs/cgroup/**/grpokit-sandbox-*", recursive=True),
+                 *glob.glob(os.path.join(tempfile.gettempdir(), "grpokit-sandbox-*"))]:
+        owner = os.path.basename(path)[len("grpokit-sandbox-"):].split("-", 1)[0]
+        if not (owner.isdigit() and psutil.pid_exists(int(owner))):
+            found.add(path)
+    for process in psutil.process_iter(["cmdline", "ppid"]):
+        if process.info["ppid"] == 1 and any("sandbox_worker" in arg or "grpokit-sandbox-" in arg
+                                             for arg in process.info["cmdline"] or []):
             found.add(f"pid {process.pid}")
     return found

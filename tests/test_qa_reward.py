@@ -125,6 +125,7 @@ def test_several_accepted_answers_each_score_and_every_shape_is_read(cli, tmp_pa
     rows = [{"question": "What is the capital of France?", "answer": ["Paris", "City of Paris"]},
             {"question": "Which planet is largest?", "answer": {"value": "Jupiter", "aliases": ["Planet Jupiter"]}},
             {"question": "Who wrote Hamlet?", "answer": {"text": ["Shakespeare", "William Shakespeare"]}},
+            {"question": "Which metal is liquid?", "answer": {"normalized_aliases": ["mercury", "quicksilver"]}},
             {"question": "What is the largest ocean?", "answer": "the Pacific Ocean"}]
     data = write_jsonl(tmp_path / "aliases.jsonl", rows)
     code, out, err = cli("--custom-data", data, "--model", "smollm2-135m", "--dry-run", "--set", "eval_fraction=0")
@@ -146,6 +147,7 @@ def test_several_accepted_answers_each_score_and_every_shape_is_read(cli, tmp_pa
                                            ("What is the capital of France?", "Lyon", 0.0),
                                            ("Which planet is largest?", "planet jupiter", 1.0),
                                            ("Who wrote Hamlet?", "William Shakespeare wrote it.", 1.0),
+                                           ("Which metal is liquid?", "Quicksilver.", 1.0),
                                            ("What is the largest ocean?", "Pacific Ocean", 1.0)]:
         row = by_question[question]
         assert qa(completions=[conv(completion)], answer=[row["answer"]],

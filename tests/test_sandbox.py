@@ -342,9 +342,14 @@ def test_a_helper_killed_at_its_deadline_leaves_nothing_on_the_host():
         "code": "def add(a, b):\n    return a + b\n", "steps": [["test", "assert add(1, 2) == 3"]], "entry": "add",
         "prefix": "", "timeout": 5.0, "memory_mb": 512}, 60)
     assert answer and "ok" in answer, answer
-    assert sandbox_leftovers() - before  # the idle helper holds a sandbox between calls
+    import tempfile
+
+    helpers = {h.process.pid for h in sandbox._TRUSTED_IDLE}
+    held = [p for p in Path(tempfile.gettempdir()).glob(f"{sandbox.PREFIX}*")
+            if int(p.name[len(sandbox.PREFIX):].split("-")[0]) in helpers]
+    assert held  # the idle helper holds a sandbox between calls
     sandbox.shutdown()
-    assert sandbox_leftovers() <= before
+    assert not any(p.exists() for p in held) and sandbox_leftovers() <= before  # closed by the helper itself
 
 
 _AS_A_USER = r"""
@@ -369,16 +374,19 @@ def test_as_a_user_without_root_the_user_namespace_mode_says_what_holds():
     """A laptop user: no root, so no cgroups and no drop to 65534, but an unprivileged user namespace gives the same
     private root, network, pid and IPC namespaces and seccomp filter; the memory and CPU caps are what it lacks (said in
     the run's line, and require_sandbox refuses on them)."""
+    import shutil
     import subprocess
     import sys
 
+    if not shutil.which("unshare") or subprocess.run(["unshare", "--user", "--map-root-user", "true"],
+                                                      capture_output=True).returncode != 0:
+        pytest.skip("this machine gives no user namespaces (unshare --user fails)")
     root = str(Path(__file__).resolve().parent.parent)
     done = subprocess.run([sys.executable, "-c", _AS_A_USER.format(root=root)], capture_output=True, text=True,
                           timeout=120, cwd=root)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    if out["mode"] != "user":
-        pytest.skip(f"unprivileged user namespaces are off on this machine: {out['describe']}")
+    assert out["mode"] == "user", out["describe"]  # the OS gives user namespaces: the sandbox must use them
     assert out["missing"] == ["memory cap"] and "NOT enforced: memory cap, CPU cap" in out["describe"]
     for held in ("no host files", "read-only root", "no network", "own pids", "own IPC", "seccomp"):
         assert held in out["describe"].split("; NOT")[0], held
@@ -405,3 +413,48 @@ def test_the_sweep_removes_only_what_belongs_to_the_process_named(tmp_path, monk
     sandbox.sweep()
     assert mine.exists() and not gone.exists()
     assert longer.exists() == os.path.exists(f"/proc/{live}0")  # a dead pid's leftovers go, a live one's stay
+
+
+def test_a_helper_uses_the_trainers_probe_and_its_sandboxes_get_the_memory_they_are_given(monkeypatch):
+    """The helper that runs the tests starts with the trainer's view of the machine (no second probe inside its
+    first call's deadline), and its own memory cap does not bound the sandboxes it starts: `memory_mb` above it
+    reaches the code."""
+    root = str(Path(__file__).resolve().parent.parent)
+    payload = {"code": f"import os\ndef seen():\n    return os.path.exists({root!r})\n",
+               "steps": [["test", "assert seen() is False"]], "entry": "seen", "prefix": "", "timeout": 5.0,
+               "memory_mb": 512}
+    sandbox.shutdown()
+    real = sandbox.protections()
+    monkeypatch.setitem(sandbox._STATE, "mode", "none")  # as if this machine had no namespaces
+    monkeypatch.setitem(sandbox._STATE, "protections", {**real, "namespaces": ""})
+    try:
+        answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, 60)
+    finally:
+        sandbox.shutdown()
+    assert answer["ok"]["results"] == [[0, False]]  # the helper took the handed-over mode: the host's files show
+    monkeypatch.undo()
+    sandbox.shutdown()
+    if real["namespaces"]:
+        assert sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, 60)["ok"]["results"] == [[0, True]]
+    big = 6000  # MiB: above the helper's own 4096 MiB soft cap
+    right = "```python\nimport resource\ndef cap():\n    return resource.getrlimit(resource.RLIMIT_AS)[0] >> 20\n```"
+    assert CodeExecution(timeout=5, memory_mb=big)(completions=[right], tests=[[f"assert cap() == {big}"]]) == [1.0]
+
+
+@pytest.mark.parametrize("tag", ["S", "F", "d"])
+def test_a_set_or_dict_of_colliding_keys_is_refused_before_it_is_built(tag):
+    """Multiples of 2**61 - 1 all hash to 0: built, 20,000 of them take quadratic time. The codec refuses them at
+    once, while distinct keys of the same count decode."""
+    from grpokit.sandbox_worker import decode
+
+    def keys(step):
+        return [["i", format(k * step, "x")] for k in range(1, 20001)]
+
+    def wrap(items):
+        return [tag, [[k, ["N"]] for k in items]] if tag == "d" else [tag, items]
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="colliding hashes"):
+        decode(wrap(keys((1 << 61) - 1)))
+    assert time.monotonic() - started < 1.0
+    assert len(decode(wrap(keys(7)))) == 20000
