@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode llama-cpp quick-test test test-fast lint bench clean
+.PHONY: install bytecode llama-cpp quick-test test test-fast lint bench gpu-bundle gpu-check-dry clean
 
 install: $(STAMP) bytecode
 
@@ -95,6 +95,14 @@ lint: install
 
 bench: install
 	$(PY) bench/bench_startup.py
+
+# The GPU check (docs/gpu.md "The GPU check"): the wheels a lent GPU machine lacks, into gpu_bundle/ (ignored), and
+# the check's script with its GPU stages replaced by fixtures.
+gpu-bundle: install
+	$(PY) tools/gpu_bundle.py build
+
+gpu-check-dry: install
+	GPU_CHECK_DRY=1 GPU_CHECK_PYTHON=$(PY) OUT=/tmp/gpu_check_dry bash tools/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) grpo_outputs
