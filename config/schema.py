@@ -175,6 +175,14 @@ class GRPORunConfig:
         [], "Your own reward functions as 'module.path:function' (weight 1 each), added to the components.",
         PANEL_REWARDS,
     )
+    allow_unsandboxed_code: bool = _f(
+        False,
+        "Let the code_execution reward run model-written code where the sandbox gets no Linux namespaces (a "
+        "container whose seccomp profile blocks unshare, macOS): the code then reaches the network and reads what "
+        "uid 65534 (or your user) can read. Off: such a run is refused before anything loads. The reward's "
+        "require_sandbox still refuses (docs/code-tasks.md).",
+        PANEL_REWARDS,
+    )
 
     # ---- Training (TRL GRPOConfig) ------------------------------------------------------------------------------
     output_dir: str = _f("./grpo_outputs", "Where checkpoints, the adapter, logs and plots go.", PANEL_TRAINING, True)

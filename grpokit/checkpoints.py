@@ -44,7 +44,7 @@ log = logging.getLogger("grpo")
 RESUMABLE_FIELDS = {"output_dir", "run_name", "wandb_project", "description", "enable_generation_logging",
                     "generation_log_dir", "max_generation_samples", "save_steps", "save_total_limit", "save_merged",
                     "logging_steps", "eval_steps", "eval_pass_k", "backend", "max_steps", "num_train_epochs",
-                    "overwrite_output_dir"}
+                    "overwrite_output_dir", "allow_unsandboxed_code"}
 
 
 COMPLETE = ".complete"  # written last: the checkpoint is whole

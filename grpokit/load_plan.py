@@ -361,10 +361,34 @@ def vllm_share_refusal(memory: MemoryEstimate, machine: Machine) -> str:
             "fast_inference), or generate with --set generation_engine=transformers.")
 
 
+def checkpointing(config, backend: str) -> str:
+    """Where the checkpointed layer inputs live during a training step: "cpu" (Unsloth's offloaded checkpointing),
+    "gpu" (plain checkpointing: one saved input per layer) or "off" (every activation kept). 'unsloth' means offloading
+    on the Unsloth backend only, and there from max_seq_length 512 (unsloth/models/_utils.py
+    apply_unsloth_gradient_checkpointing: "standard gc is faster" below it); the transformers backend passes any
+    value other than 'false' to model.gradient_checkpointing_enable (model_loader._load_with_peft), which keeps the
+    inputs on the GPU."""
+    mode = config.use_gradient_checkpointing
+    if mode == "false":
+        return "off"
+    if mode == "unsloth" and backend == "unsloth" and config.max_seq_length >= 512:
+        return "cpu"
+    return "gpu"
+
+
+def sft_rows(config) -> int:
+    """Distinct (prompt, reply) rows the supervised pass runs per micro-batch (grpokit/mixed_loss.py runs one per
+    distinct pair): a prompt's num_generations completions share its reply, and a rank's generation batch (micro-batch
+    x steps_per_generation completions) holds whole groups."""
+    batch = config.per_device_train_batch_size
+    steps = int(config.trl_args.get("steps_per_generation") or config.gradient_accumulation_steps)
+    return max(1, min(batch, -(-batch * steps // max(1, config.num_generations))))
+
+
 def memory_estimate(config, machine: Machine, arch: Architecture, engine: str, fast_inference: bool,
-                    vllm_mode: str | None) -> MemoryEstimate:
-    """GiB per GPU for training (weights, LoRA + optimizer, activations, rollout KV cache or vLLM's share) and for
-    one generation-log batch (the eval KV cache, sized later by eval_batch_size)."""
+                    vllm_mode: str | None, backend: str = "transformers") -> MemoryEstimate:
+    """GiB per GPU for training (weights, LoRA + optimizer, activations, the supervised pass, rollout KV cache or
+    vLLM's share) and for one generation-log batch (the eval KV cache, sized later by eval_batch_size)."""
     world = max(1, machine.world_size)
     params, emb = arch.params, arch.embedding_params
     shard = f" / {world} ranks ({'ZeRO-3' if machine.zero_stage == 3 else 'FSDP'})" if machine.sharded else ""
@@ -387,19 +411,38 @@ def memory_estimate(config, machine: Machine, arch: Architecture, engine: str, f
     seq = config.max_prompt_length + config.max_completion_length
     tokens = config.per_device_train_batch_size * seq
     layer_work = tokens * (4 * arch.hidden + 3 * arch.intermediate) * 2  # q/k/v/o-sized and MLP tensors, 16-bit
-    checkpoint_mode = config.use_gradient_checkpointing
-    if checkpoint_mode == "false":
+    held_inputs = checkpointing(config, backend)
+    if held_inputs == "off":
         acts = arch.layers * layer_work / GIB
         acts_formula = "layers x micro-batch tokens x (4 hidden + 3 intermediate) x 2 B (no checkpointing)"
-    elif checkpoint_mode == "true":
+    elif held_inputs == "gpu":
         acts = (arch.layers * tokens * arch.hidden * 2 + layer_work) / GIB
-        acts_formula = "layers x micro-batch tokens x hidden x 2 B (checkpointed inputs) + one layer's recompute"
+        acts_formula = ("layers x micro-batch tokens x hidden x 2 B (checkpointed inputs, kept on the GPU"
+                        + (f" by the {backend} backend" if config.use_gradient_checkpointing == "unsloth" else "")
+                        + ") + one layer's recompute")
     else:
         acts = (tokens * arch.hidden * 2 + layer_work) / GIB
         acts_formula = "one layer's recompute (Unsloth offloads the checkpointed inputs to CPU RAM)"
     acts_formula = f"micro-batch {config.per_device_train_batch_size} x {seq} tokens; " + acts_formula
     terms = {"weights": weights, "lora_and_optimizer": lora_gib, "activations": acts}
     formulas = {"weights": weights_formula, "lora_and_optimizer": lora_formula, "activations": acts_formula}
+    if config.sft_loss_weight:
+        # grpokit/mixed_loss.py: a second forward over the distinct (prompt, reply) rows whose full-vocabulary logits
+        # for the reply tokens are materialised (TRL's GRPO pass uses a fused LM head and never holds them): the
+        # 16-bit logits, their fp32 copy and the fp32 log-softmax cross_entropy keeps for backward, all alive at once;
+        # plus that pass's own saved activations, by the same checkpointing rule as the GRPO pass's
+        rows, reply = sft_rows(config), config.max_completion_length
+        logits = rows * reply * arch.vocab * (2 + 4 + 4)
+        pass_tokens = rows * seq
+        saved = {"off": arch.layers * pass_tokens * (4 * arch.hidden + 3 * arch.intermediate) * 2,
+                 "gpu": arch.layers * pass_tokens * arch.hidden * 2, "cpu": 0}[held_inputs]
+        terms["sft_pass"] = (logits + saved) / GIB
+        formulas["sft_pass"] = (f"supervised pass (sft_loss_weight): {rows} distinct prompt + reply rows per "
+                                f"micro-batch x {reply} reply tokens x vocab {arch.vocab} x 10 B (16-bit logits + "
+                                "fp32 copy + fp32 log-softmax)" + {
+                                    "off": f" + layers x {rows} x {seq} tokens x (4 hidden + 3 intermediate) x 2 B",
+                                    "gpu": f" + layers x {rows} x {seq} tokens x hidden x 2 B (checkpointed inputs)",
+                                    "cpu": " (its checkpointed inputs offloaded to CPU RAM)"}[held_inputs])
     kv_token = arch.kv_bytes_per_token()
     held = 0.0  # GiB of weights vLLM loads into its share on this GPU
     if engine == "vllm" and vllm_mode == "server":
@@ -464,7 +507,8 @@ def eval_batch_size(config, memory: MemoryEstimate | None, arch: Architecture | 
     prompt = config.max_prompt_length
     prefill = prompt * (4 * arch.hidden + 3 * arch.intermediate) * 2 / GIB
     per_sequence = seq * arch.kv_bytes_per_token() / GIB + prefill
-    free = USABLE_FRACTION * memory.gpu_gib - memory.training_gib + memory.terms["activations"]  # no training pass
+    free = (USABLE_FRACTION * memory.gpu_gib - memory.training_gib + memory.terms["activations"]  # no training pass
+            + memory.terms.get("sft_pass", 0.0))
     batch = min(wanted, int(free // per_sequence)) if free > 0 else 0
     if batch < 1:
         return 0, (f"the generation logs need {per_sequence:.2f} GiB per sequence and {max(free, 0):.1f} GiB is left "
@@ -523,18 +567,16 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
         return plan
     arch = architecture_for(config.model_name, checkpoint)
     if arch is not None:
-        plan.memory = memory_estimate(config, machine, arch, name, fast, mode)
+        plan.memory = memory_estimate(config, machine, arch, name, fast, mode, backend)
     else:
         notes.append("memory: unknown (the model's config.json is neither a preset's nor on this disk)")
     plan.eval_batch, eval_problem = eval_batch_size(config, plan.memory, arch)
     if not refusal and plan.memory is not None:
         need, have = plan.memory.training_gib, machine.gpu_memory_gib
         if need > have:
-            fix = ("--set ds3_gather_for_generation=false (generation then gathers one layer at a time)"
-                   if "generation_gather" in plan.memory.terms and machine.zero_stage == 3 else
-                   "use 4-bit, a smaller model or batch, or shard it (config/accelerate/deepspeed_zero3.yaml)")
             refusal = (f"this plan needs ~{need:.0f} GiB per GPU ({_largest(plan.memory)}) and the "
-                       f"{machine.gpu_name or 'GPU'} has {have:.0f} GiB: {fix}; --dry-run shows the plan.")
+                       f"{machine.gpu_name or 'GPU'} has {have:.0f} GiB: {fit_fixes(config, machine, backend, plan)}; "
+                       "--dry-run shows the plan.")
         elif why := vllm_share_refusal(plan.memory, machine):
             refusal = why
         elif eval_problem:
@@ -542,6 +584,53 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
                        "--disable-generation-logging.")
     plan.refusal = refusal
     return plan
+
+
+def fit_fixes(config, machine: Machine, backend: str, plan: LoadPlan) -> str:
+    """What would shrink the two largest terms of a plan that does not fit, for its refusal: only what this run can
+    still change (no "use 4-bit" for weights already 4-bit, no ZeRO-3 for a run already sharded)."""
+    memory, world = plan.memory, max(1, machine.world_size)
+    batch, steps = config.per_device_train_batch_size, int(config.trl_args.get("steps_per_generation")
+                                                            or config.gradient_accumulation_steps)
+    shorter = (f"shorter sequences (--set max_completion_length / max_prompt_length, now "
+               f"{config.max_completion_length} + {config.max_prompt_length} tokens)")
+    smaller_batch = (f"a smaller --batch-size (now {batch} completions per micro-batch; with fewer "
+                     "--num-generations a smaller batch still holds whole groups)")
+    zero3 = ("16-bit weights sharded by ZeRO-3 over several GPUs (--backend transformers --no-4bit, "
+             "config/accelerate/deepspeed_zero3.yaml)")
+    fixes: list[str] = []
+    top = sorted(((v, k) for k, v in memory.terms.items() if k != "eval_kv_cache"), reverse=True)[:2]
+    if top[0][0] > memory.gpu_gib:  # the largest term alone is more than the card: only what shrinks it helps
+        top = top[:1]
+    for _, term in top:
+        if term == "weights":
+            arch = architecture_for(config.model_name, plan.checkpoint)
+            nf4 = ((arch.params - arch.embedding_params) * NF4_BYTES + arch.embedding_params * 2) / GIB if arch else 0
+            if machine.sharded:
+                fixes.append(f"more GPUs (each holds 1/{world} of the weights)")
+            elif config.load_in_4bit or nf4 > memory.gpu_gib:
+                fixes += ["a smaller model", zero3]
+            else:
+                fixes += ["4-bit weights (drop --no-4bit)", zero3]
+        elif term == "generation_gather":
+            fixes.append("--set ds3_gather_for_generation=false (generation then gathers one layer at a time)")
+        elif term == "lora_and_optimizer":
+            fixes.append(f"a lower --lora-r (now {config.lora_r})")
+        elif term == "activations":
+            fixes += [smaller_batch, shorter]
+            held = checkpointing(config, backend)
+            if held == "off":
+                fixes.append("gradient checkpointing (--set use_gradient_checkpointing=true)")
+            elif held == "gpu" and backend == "transformers" and not machine.sharded and not config.sft_loss_weight:
+                fixes.append("--backend unsloth (its checkpointing offloads the layer inputs to CPU RAM)")
+        elif term == "sft_pass":
+            fixes += [smaller_batch, shorter, "--set sft_loss_weight=0 (no supervised pass, no full-vocabulary logits)"]
+        elif term == "rollout" and plan.engine == "vllm":
+            fixes.append("a lower vllm_gpu_memory_utilization (gpu_memory_utilization with fast_inference)")
+        elif term == "rollout":
+            fixes += [f"fewer sequences per generate call (now {batch * steps}: batch x steps_per_generation)",
+                      shorter]
+    return "lower it with " + ", ".join(dict.fromkeys(fixes))
 
 
 def _largest(memory: MemoryEstimate) -> str:

@@ -26,7 +26,8 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
 Where the OS refuses a layer (a container whose seccomp profile blocks `unshare`, cgroup v2 without delegation),
 `describe()` says in one line what holds and what does not, and the rest is kept: without namespaces a job still
 runs as uid 65534 when started as root, under the seccomp filter, rlimits and the env allow-list, but it can reach
-the network and read what that uid can read. `require_sandbox` (rewards/code.py) refuses to run code then.
+the network and read what that uid can read. A run is then refused unless `allow_unsandboxed_code` (`unisolated()`,
+rewards/code.py `check_isolation`); `require_sandbox` also refuses where a cap is missing (`missing()`).
 
 Not a VM: the code shares the kernel. For untrusted code at scale use an external service (`SandboxFusion`).
 """
@@ -730,6 +731,18 @@ def missing() -> list[str]:
     return [name for key, name in _NAMES if key in ESSENTIAL and not p[key]]
 
 
+# What only the mount, network and pid namespaces give: without them the code reads every file its uid can read,
+# reaches the network (the cloud's metadata service, the machine's own services) and sees and signals the other
+# sandboxes' processes (same uid). A run is refused there unless allow_unsandboxed_code (grpokit/run.py).
+ISOLATION = ("private_files", "network_isolated", "pid_namespace")
+
+
+def unisolated() -> list[str]:
+    """The namespace protections this machine does not give ([] where the sandbox isolates the code)."""
+    p = protections()
+    return [name for key, name in _NAMES if key in ISOLATION and not p[key]]
+
+
 def describe() -> str:
     """One line for the run's log: what the sandbox enforces here and what it could not."""
     p = protections()
@@ -928,7 +941,8 @@ def trusted_call(target: str, payload: dict, seconds: float) -> dict | None:
 
 
 __all__ = ["Limits", "Execution", "SandboxError", "Sandbox", "Session", "acquire", "serve", "run_python",
-           "protections", "describe", "missing", "log_protections_once", "decode", "encode", "write_frame"]
+           "protections", "describe", "missing", "unisolated", "log_protections_once", "decode", "encode",
+           "write_frame"]
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -624,12 +624,15 @@ class CodeExecution(RewardComponent):
             raise UsageError(f"{source}: 'code_execution.sandbox_url' must be an http(s):// URL of a SandboxFusion "
                              f"server, not {self.sandbox_url!r}.")
         if not self.sandbox_url:  # the run says at its start what the sandbox enforces here, once
-            self._check_sandbox(source)
+            self._check_sandbox(source, announce_unisolated=False)
 
-    def _check_sandbox(self, source: str) -> None:
+    def _check_sandbox(self, source: str, announce_unisolated: bool = True) -> None:
         from grpokit import sandbox
 
-        if sandbox.log_protections_once():  # and how many completions run at once, said with it
+        # Without namespaces a run is refused unless it allows it (check_isolation): that line says it then, or the
+        # first call does; a run refused in one line does not say it twice.
+        quiet = not announce_unisolated and bool(sandbox.unisolated())
+        if not quiet and sandbox.log_protections_once():  # and how many completions run at once, said with it
             cores, ranks = _cores_for_this_process(), _local_ranks()
             log.info("code reward: up to %d completion(s) at a time%s", self.workers or cores,
                      " (workers)" if self.workers else f" (this process's share of the cores: {cores}, "
@@ -761,6 +764,32 @@ def _local_ranks() -> int:
 
 
 CODE_COLUMNS = ("tests", "test_list", "test", "entry_point", "test_setup_code", "test_imports", "code_prompt")
+
+
+def check_isolation(config, reward_set, columns, source: str) -> None:
+    """A run that would execute model-written code on this machine (a code_execution reward without sandbox_url, or
+    pass@k on rows with tests: `passes_all`) is refused where the sandbox gets no mount / network / pid namespaces
+    (`sandbox.unisolated()`), unless the config says `allow_unsandboxed_code`. `require_sandbox` is the reward's
+    stricter demand (every essential protection, caps included), checked when the reward is built."""
+    local = [c for c in reward_set.components if isinstance(c, CodeExecution) and not c.sandbox_url]
+    pass_at_k = bool(config.eval_pass_k and config.enable_generation_logging and "tests" in columns)
+    if not (local or pass_at_k):
+        return
+    from grpokit import sandbox
+
+    gaps = sandbox.unisolated()
+    if gaps and config.allow_unsandboxed_code:
+        for component in local:  # what the sandbox enforces here, said now that the run goes on
+            component._check_sandbox(source)
+    elif gaps:
+        what = "the code_execution reward" if local else f"pass@{config.eval_pass_k} on {source}'s tests"
+        why = sandbox.protections()["why"] or "see the run log"
+        raise UsageError(
+            f"{what} would run model-written code with NO namespaces here ({why}): not enforced: "
+            f"{', '.join(gaps)}; it could reach the network and read any world-readable file. Run where Linux "
+            "namespaces are allowed (docker run --security-opt seccomp=unconfined, or a seccomp profile allowing "
+            f"unshare), {'set code_execution.sandbox_url to an external sandbox' if local else 'set eval_pass_k 0'}, "
+            "or accept the risk with --set allow_unsandboxed_code=true.")
 
 
 def passes_all(completions: list, rows: list[dict[str, Any]], timeout: float = 10.0) -> list[float]:

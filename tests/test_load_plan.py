@@ -673,3 +673,92 @@ def test_fsdp_generation_counts_the_root_units_parameters_trl_summons():
     # this rank's eighth: 6.21 GiB
     assert plan.memory.terms["generation_gather"] == pytest.approx(6.214, abs=0.005)
     assert not plan.refusal  # 70B in 16 bits still plans on 8 x 80 GB
+
+
+# ---- what a training step holds on the GPU: by backend, the supervised pass, and a refusal that says what helps ----
+def test_checkpointed_inputs_stay_on_the_gpu_unless_unsloth_offloads_them():
+    """'unsloth' checkpointing offloads the layer inputs on the Unsloth backend only (from max_seq_length 512, read from
+    the installed source below); transformers' gradient_checkpointing_enable keeps one input per layer on the GPU."""
+    source = (SITE / "unsloth" / "models" / "_utils.py").read_text()
+    rule = source[source.index("def apply_unsloth_gradient_checkpointing"):][:700]
+    assert "max_seq_length < 512" in rule and "return True" in rule
+    gib = 1024**3
+    # the 70B ZeRO-3 recipe (transformers): 8 completions x (512 + 256) tokens = 6,144 tokens per micro-batch;
+    # 80 layers x 6,144 x 8,192 hidden x 2 B = 8,053,063,680 B (7.5 GiB) of checkpointed inputs, plus one layer's
+    # recompute 6,144 x (4 x 8,192 + 3 x 28,672) x 2 B = 1,459,617,792 B: 9,512,681,472 B
+    recipe = _config(model_name="llama-3.1-70b", backend="transformers", load_in_4bit=False,
+                     enable_generation_logging=False, overrides=["ds3_gather_for_generation=false"])
+    plan = plan_load(recipe, ZERO3, "transformers")
+    assert plan.memory.terms["activations"] * gib == pytest.approx(9_512_681_472)
+    assert "kept on the GPU by the transformers backend" in plan.memory.formulas["activations"]
+    assert not plan.refusal  # still plans on 8 x 80 GB
+    # Llama 3.1 8B, the same 6,144 tokens: 32 layers x 6,144 x 4,096 x 2 B = 1,610,612,736 B held by transformers;
+    # one layer's recompute 6,144 x (4 x 4,096 + 3 x 14,336) x 2 B = 729,808,896 B; Unsloth keeps one layer's input
+    # (6,144 x 4,096 x 2 B = 50,331,648 B) beside that recompute
+    config = _config(model_name="llama-3.1-8b")
+    assert plan_load(config, A100, "transformers").memory.terms["activations"] * gib == pytest.approx(2_340_421_632)
+    assert plan_load(config, A100, "unsloth").memory.terms["activations"] * gib == pytest.approx(780_140_544)
+    true = _config(model_name="llama-3.1-8b", overrides=["use_gradient_checkpointing=true"])
+    assert plan_load(true, A100, "unsloth").memory.terms["activations"] * gib == pytest.approx(2_340_421_632)
+    # below max_seq_length 512 Unsloth checkpoints on the GPU too: 8 x (128 + 128) = 2,048 tokens;
+    # 32 x 2,048 x 4,096 x 2 B + 2,048 x 59,392 x 2 B = 536,870,912 + 243,269,632 B
+    short = _config(model_name="llama-3.1-8b", max_seq_length=256,
+                    overrides=["max_prompt_length=128", "max_completion_length=128"])
+    assert plan_load(short, A100, "unsloth").memory.terms["activations"] * gib == pytest.approx(780_140_544)
+
+
+def test_the_supervised_pass_counts_its_full_vocabulary_logits():
+    """sft_loss_weight: mixed_loss runs a second forward over each distinct (prompt, reply) of the micro-batch and asks
+    for its reply positions' logits (`logits_to_keep`), which cross_entropy takes in fp32 (read from the source)."""
+    source = (ROOT / "grpokit" / "mixed_loss.py").read_text()
+    assert "logits_to_keep=width + 1).logits" in source and "cross_entropy(logits.float()" in source
+    gib = 1024**3
+    # Llama 3.1 8B (vocab 128,256, 32 layers, hidden 4,096), 8 completions per micro-batch of 4 per prompt: 2 distinct
+    # rows; logits 2 x 256 reply tokens x 128,256 x (2 + 4 + 4) B = 656,670,720 B; the pass's checkpointed inputs
+    # 32 x 2 x 768 x 4,096 x 2 B = 402,653,184 B
+    config = _config(model_name="llama-3.1-8b", backend="transformers", sft_loss_weight=1.0)
+    plan = plan_load(config, A100, "transformers")
+    assert plan.memory.terms["sft_pass"] * gib == pytest.approx(1_059_323_904)
+    assert "sft_pass" not in plan_load(_config(model_name="llama-3.1-8b", backend="transformers"), A100,
+                                       "transformers").memory.terms
+    # 4 micro-batches per generation batch: 32 completions, 8 prompts, up to 8 distinct rows in a micro-batch of 8:
+    # 8 x 256 x 128,256 x 10 B = 2,626,682,880 B + 32 x 8 x 768 x 4,096 x 2 B = 1,610,612,736 B
+    accumulated = _config(model_name="llama-3.1-8b", backend="transformers", sft_loss_weight=1.0,
+                          overrides=["gradient_accumulation_steps=4"])
+    assert plan_load(accumulated, A100, "transformers").memory.terms["sft_pass"] * gib == pytest.approx(4_237_295_616)
+
+
+def test_a_plan_too_large_names_fixes_that_would_shrink_it():
+    # 4-bit 8B on a T4 with 16 completions of 1,024 tokens: activations 16 x 1,536 = 24,576 tokens x (32 layers x
+    # 4,096 x 2 B + (4 x 4,096 + 3 x 14,336) x 2 B) = 9,361,686,528 B (8.7 GiB); rollout KV cache 16 x 1,536 tokens
+    # x 131,072 B (2 x 32 layers x 8 kv heads x 128 x 2 B) = 3 GiB, less than the 5.3 GiB of 4-bit weights.
+    # Already 4-bit: "use 4-bit" would not help.
+    config = _config(model_name="llama-3.1-8b", backend="transformers", per_device_train_batch_size=16,
+                     overrides=["max_completion_length=1024"])
+    refusal = plan_load(config, T4, "transformers").refusal
+    assert "(activations 9, weights 5)" in refusal and "\n" not in refusal
+    assert "use 4-bit" not in refusal and "drop --no-4bit" not in refusal
+    for fix in ("--batch-size (now 16 completions", "--num-generations", "max_completion_length", "--backend unsloth",
+                "a smaller model"):
+        assert fix in refusal, refusal
+    # 8 completions, 4 micro-batches per generation batch: the rollout's 32 sequences x 1,536 tokens x 131,072 B
+    # = 6 GiB is the largest term (activations 8 x 1,536 x 380,928 B = 4.4 GiB)
+    config = _config(model_name="llama-3.1-8b", backend="transformers",
+                     overrides=["max_completion_length=1024", "gradient_accumulation_steps=4"])
+    refusal = plan_load(config, T4, "transformers").refusal
+    assert "(rollout 6, weights 5)" in refusal
+    assert "fewer sequences per generate call (now 32: batch x steps_per_generation)" in refusal
+    # with 32 completions the activations alone (17.4 GiB) exceed the card: only what shrinks them is named
+    config = _config(model_name="llama-3.1-8b", backend="transformers", per_device_train_batch_size=32,
+                     overrides=["max_completion_length=1024"])
+    refusal = plan_load(config, T4, "transformers").refusal
+    assert "(activations 17, rollout 6)" in refusal and "--batch-size (now 32" in refusal
+    assert "fewer sequences per generate call" not in refusal
+    # 4-bit 70B: its 37 GiB of weights alone exceed the 15 GiB card: a smaller model or ZeRO-3, nothing else
+    refusal = plan_load(_config(model_name="llama-3.1-70b", backend="transformers", enable_generation_logging=False),
+                        T4, "transformers").refusal
+    assert "smaller model" in refusal and "deepspeed_zero3.yaml" in refusal
+    assert "drop --no-4bit" not in refusal and "--batch-size" not in refusal
+    # 16-bit 7B (14 GiB of weights on a 15 GiB card) would fit in 4 bits: that is the first fix named
+    refusal = plan_load(_config(model_name="qwen2.5-7b", load_in_4bit=False), T4, "transformers").refusal
+    assert "lower it with 4-bit weights (drop --no-4bit)" in refusal

@@ -276,6 +276,55 @@ def test_without_namespaces_it_says_what_holds_and_require_sandbox_refuses():
         assert "not root" not in out["missing"]  # dropped to an unprivileged uid even without namespaces
 
 
+# The CLI (or the API) in a process under the sandbox's own seccomp filter, which refuses unshare as Docker's default
+# profile does: the probe then really finds no namespaces (nothing of the check is mocked).
+_UNDER_SECCOMP = r"""
+import os, sys
+sys.path.insert(0, os.getcwd())
+from grpokit.sandbox_worker import install_seccomp
+assert install_seccomp() == ""
+if sys.argv[1] == "api":
+    from config import build_config
+    from config.errors import UsageError
+    from grpo_trainer import GRPOTrainer
+    trainer = GRPOTrainer(build_config(preset="code_generation_cpu", overrides=[f"output_dir={sys.argv[2]}"]))
+    try:
+        trainer.train()
+    except UsageError as err:
+        print("refused" if trainer.model is None else "refused after loading", err)
+    sys.exit(0)
+os.execv(sys.executable, [sys.executable, "train_grpo.py", *sys.argv[1:]])
+"""
+
+
+def test_where_unshare_is_blocked_a_code_run_is_refused_unless_allowed_explicitly(tmp_path):
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent)
+
+    def under_seccomp(*args, **env):
+        done = subprocess.run([sys.executable, "-c", _UNDER_SECCOMP, *args], capture_output=True, text=True,
+                              timeout=300, cwd=root, env={**os.environ, **env})
+        return done.returncode, done.stdout, done.stderr
+
+    run = ("--preset", "code_generation_cpu", "--dry-run", "--output-dir", str(tmp_path / "out"))
+    code, out, err = under_seccomp(*run)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err  # one line, nothing else said
+    assert err.startswith("error: the code_execution reward would run model-written code with NO namespaces here")
+    assert "unshare refused" in err and "no network" in err and "allow_unsandboxed_code=true" in err
+    code, out, err = under_seccomp(*run, "--set", "allow_unsandboxed_code=true")
+    assert code == 0, err
+    assert json.loads(out)["config"]["allow_unsandboxed_code"] is True
+    assert "code sandbox (NO namespaces)" in err and "NOT enforced: no host files, no network, own pids" in err
+    # require_sandbox keeps its meaning: the opt-in does not override it
+    code, out, err = under_seccomp(*run, "--set", "allow_unsandboxed_code=true", GRPO_REQUIRE_SANDBOX="1")
+    assert code == 2 and "'code_execution.require_sandbox' is on" in err.strip().splitlines()[-1]
+    # the Python API's train() is refused by the same check, before the model loads
+    code, out, err = under_seccomp("api", str(tmp_path / "api"))
+    assert code == 0 and out.startswith("refused the code_execution reward would run"), err
+
+
 def test_the_monitor_flags_and_zero_suspected_scores_zero():
     from rewards.code_monitor import scan
 
