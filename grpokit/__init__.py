@@ -5,6 +5,8 @@ The spec's faces stay at the repository root: `train_grpo.py`, `grpo_trainer.py`
 only go down this list (a module imports only modules below it, `config/`, `rewards/` and `data_loader.py`;
 tests/test_layout.py checks it):
 
+    doctor.py              `train_grpo.py doctor`: what a run would use on this machine and whether it works (each
+                           check, then a 3-step run on a tiny model), one table
     run.py                 one GRPO run, config -> data -> rewards -> model -> TRL trainer -> train -> evaluate
                            -> save (the class grpo_trainer.py re-exports)
     callbacks.py           trainer callbacks: generation logs (greedy + pass@k), W&B config, log lines, no-signal check

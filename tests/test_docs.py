@@ -121,10 +121,10 @@ def _command_lines() -> list[tuple[str, str]]:
 def _train_grpo_args(args: list[str]) -> list[str]:
     """What to run of `train_grpo.py ARGS`: a subcommand on a run that does not exist here is parsed with --help
     (click rejects an unknown option before it shows help); a training command runs as --dry-run."""
-    if args and args[0] in ("report", "export") and "--help" not in args:
-        return [*args, "--help"]
+    if args and args[0] in ("report", "export", "doctor") and "--help" not in args:
+        return [*args, "--help"]  # doctor: tests/test_doctor.py runs it
     if {"--help", "-h", "--dry-run", "--score-completions", "--list-models", "--list-datasets",
-            "--list-rewards"} & set(args) or (args and args[0] in ("report", "export")):
+            "--list-rewards"} & set(args) or (args and args[0] in ("report", "export", "doctor")):
         return args
     return [*args, "--dry-run"]
 

@@ -1,0 +1,56 @@
+"""`train_grpo.py doctor` as users run it: the real command in a child process, every check for real (imports, the
+NF4 round trip, the sandbox probe, a 3-step GRPO run on a tiny random Llama), the table against its JSON report."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+from grpokit.doctor import FAILED, ROWS, Check, plain_line
+
+
+def _doctor(*args, timeout=600):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "train_grpo.py", "doctor", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_doctor_checks_everything_and_runs_three_steps(tmp_path):
+    report = tmp_path / "doctor.json"
+    result = _doctor("--report", str(report))
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    document = json.loads(report.read_text())
+    checks = [Check(**c) for c in document["checks"]]
+    assert [c.name for c in checks] == list(ROWS)
+    assert document["ok"] is True and document["exit_code"] == 0
+    assert not [c for c in checks if c.status == FAILED]
+    run = next(c for c in checks if c.name == "3-step run")
+    assert run.details["steps"] == 3 and run.found.startswith("3 steps")
+    # off a terminal the table is one plain line per row: the same rows, in the same order, as the JSON
+    lines = result.stdout.splitlines()
+    assert lines[:len(checks)] == [plain_line(c) for c in checks]
+    assert lines[len(checks)] == "doctor: every check that ran worked"
+
+
+def test_a_check_that_fails_makes_the_exit_code_1(tmp_path):
+    """A model directory that holds no model (a download that never finished): the 3-step run fails, nothing else."""
+    broken = tmp_path / "half-downloaded"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]')  # cut off
+    report = tmp_path / "doctor.json"
+    result = _doctor("--model", str(broken), "--report", str(report))
+    assert result.returncode == 1, result.stdout + result.stderr[-2000:]
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    assert checks["3-step run"]["status"] == FAILED and checks["3-step run"]["why"]
+    assert [name for name, c in checks.items() if c["status"] == FAILED] == ["3-step run"]
+    assert "doctor: a check failed" in result.stdout
+
+
+def test_bad_input_exits_2_before_any_check(tmp_path):
+    missing_model = _doctor("--model", str(tmp_path / "nowhere"), timeout=120)
+    assert missing_model.returncode == 2 and "does not exist" in missing_model.stderr
+    missing_dir = _doctor("--report", str(tmp_path / "nowhere" / "doctor.json"), timeout=120)
+    assert missing_dir.returncode == 2 and "--report" in missing_dir.stderr
+    assert not missing_model.stdout and not missing_dir.stdout
