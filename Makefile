@@ -83,7 +83,19 @@ $(LLAMA_STAMP): requirements-llama.txt llama-cpp.cmake | $(STAMP)
 quick-test: install
 	$(PY) train_grpo.py --quick-test
 
-test: install $(LLAMA_STAMP)
+# The real `triton` package, only for tests/test_unsloth_generated.py: with it `unsloth.models.rl` imports on a CPU and
+# generates the GPU trainer classes, which that test runs our training through. Kept out of the venv's site-packages
+# (a separate --target put on PYTHONPATH by the test): installed there, TRL's fused LM head would find a Triton with
+# no GPU driver and fail (../shared/NOTES.md). ~290 MB download, ~1 GB unpacked.
+TRITON_CPU := $(VENV)/triton-cpu
+TRITON_VERSION := 3.9.0
+
+$(TRITON_CPU)/.installed: | $(STAMP)
+	rm -rf $(TRITON_CPU)
+	$(PY) -m pip install --quiet --no-deps --target $(TRITON_CPU) triton==$(TRITON_VERSION)
+	touch $@
+
+test: install $(LLAMA_STAMP) $(TRITON_CPU)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 

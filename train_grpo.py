@@ -225,13 +225,17 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
 
     if dry_run:
         from data_loader import count_prompt_length_drops
+        from grpokit.objective import stated as stated_objective
 
         count_prompt_length_drops(train_ds, eval_ds, config, report)
         document = {"config": config_to_dict(config), "preset": preset, "dataset": report.as_dict(),
                     "rewards": {"mode": config.reward_function_type, "components": reward_set.names,
                                 "weights": reward_set.weights}, "notices": trainer.notices,
                     # what would load, where, in which precision, and the GPU memory it expects (grpokit/load_plan.py)
-                    "load_plan": trainer.load_plan.as_dict() if trainer.load_plan is not None else None}
+                    "load_plan": trainer.load_plan.as_dict() if trainer.load_plan is not None else None,
+                    # the loss settings as the trainer will run them, on this machine and any other
+                    "objective": stated_objective(config, engine=trainer.load_plan.engine
+                                                  if trainer.load_plan is not None else None)}
         from grpokit.group_schedule import schedule_from_config
 
         schedule = schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1")))
@@ -409,6 +413,31 @@ def export(
         typer.echo(str(path))
     if result.url:
         typer.echo(result.url)
+
+
+@app.command("doctor", context_settings={"help_option_names": ["-h", "--help"]})
+def doctor(
+    report_file: Annotated[Path | None, typer.Option(
+        "--report", metavar="FILE", show_default=False, help="Also write the results as JSON to FILE.")] = None,
+    skip_run: Annotated[bool, typer.Option("--skip-run", help="Skip the 3-step GRPO run (the slowest check).")] = False,
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", show_default=False,
+        help="Run the 3 steps on this model (a preset, hub id or directory) instead of a tiny random Llama.")] = None,
+):
+    """Check this machine: Python, torch, CUDA, bf16, bitsandbytes 4-bit, Unsloth and its GRPO patches, TRL and
+    friends, vLLM, the llama.cpp engine, the code sandbox, the GRPO objective, then a real 3-step GRPO run of the
+    default path on a tiny random model. One table; exit 0 when every check that ran worked, 1 when one failed.
+
+    Example: python train_grpo.py doctor --report doctor.json"""
+    from grpokit.doctor import main as run_doctor
+
+    quiet_third_party()  # before torch / unsloth / transformers are imported
+    try:
+        code = run_doctor(report=report_file, skip_run=skip_run, model=model)
+    except UsageError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
 
 
 def cli() -> None:

@@ -149,6 +149,34 @@ def trl_field_rules() -> dict[str, TypeRule]:
     return rules
 
 
+@functools.cache
+def trl_field_defaults() -> dict[str, Any]:
+    """The defaults GRPOConfig's fields (with TrainingArguments') declare, where written as a literal
+    (`x: float = 0.2` or `field(default=0.2, ...)`), read from the installed sources like trl_field_rules: what TRL
+    gives a field the run does not set. A computed default is left out."""
+    defaults: dict[str, Any] = {}
+    for module, class_name in TRL_CONFIG_SOURCES:
+        path = _module_file(module)
+        if path is None:
+            continue
+        for node in _parse(path).body:
+            if not (isinstance(node, ast.ClassDef) and node.name == class_name):
+                continue
+            for item in node.body:
+                if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)) or item.value is None:
+                    continue
+                name, value = item.target.id, item.value
+                if name.startswith("_") or name in defaults:  # a subclass's declaration wins over its base's
+                    continue
+                if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "field":
+                    value = next((k.value for k in value.keywords if k.arg == "default"), None)
+                try:
+                    defaults[name] = ast.literal_eval(value) if value is not None else None
+                except ValueError:
+                    continue
+    return defaults
+
+
 def trl_field_names() -> frozenset[str]:
     """The names of GRPOConfig's fields (with TrainingArguments'), read from the installed sources."""
     return frozenset(trl_field_rules())
@@ -539,7 +567,12 @@ def build_config(
     if preset:
         layers.append(("preset", f"preset '{preset}'", load_preset(preset)))
     if config_file:
-        layers.append(("file", f"config {config_file}", read_json_file(config_file, "Config file")))
+        document = read_json_file(config_file, "Config file")
+        # A run's run_config.json also says, under "objective", the loss settings it trained with
+        # (grpokit/objective.py): derived from the fields beside it, so the file read back runs the same objective.
+        if isinstance(document.get("objective", {}), dict | None):
+            document.pop("objective", None)
+        layers.append(("file", f"config {config_file}", document))
     if flags:
         layers.append(("flag", "command line", {k: v for k, v in flags.items() if v is not None}))
     if overrides:

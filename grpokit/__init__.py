@@ -16,6 +16,8 @@ tests/test_layout.py checks it):
                            16-bit weights, an Ollama Modelfile, a Hub upload with a model card from the run
     trl_trainer.py         TRLGRPOTrainer: TRL's GRPOTrainer subclass (atomic checkpoints, resumed lr, shared prompts,
                            the generation engine)
+    objective.py           the loss settings a run trains, stated once (--dry-run, header, run_config.json) and the
+                           same on every machine: handed to TRL explicitly, put back where Unsloth's GPU config rewrites
     advantages.py          group baselines (mean, median, EMA, leave-one-out), reward scale / clip / running
                            normalisation, dynamic sampling: the advantages TRL's loss sees
     mixed_loss.py          the supervised + GRPO loss: each row's reference reply, its token-mean NLL, the weights

@@ -75,6 +75,9 @@ _PADDED = {
 }
 _ROW_KEYS = {"advantages"}
 _BATCH_KEYS = {"num_items_in_batch"}
+# Unsloth's generated GPU trainer adds the batch's widest prompt left padding, repeated on every row ([rows, 1]): its
+# loss trims the sequences by it (unsloth/models/rl_replacements.py, max_left_pad). Recomputed for a merged batch.
+_LEFT_PAD_KEY = "max_left_pad"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,7 +421,7 @@ def _dynamic_sampling(trainer, generate, inputs: list[dict[str, Any]]) -> dict[s
     round_inputs, rounds, capped = inputs, 0, False
     while True:
         output, flat = _score_round(trainer, generate, round_inputs)
-        if flat.numel() == 0 or set(output) - set(_PADDED) - _ROW_KEYS - _BATCH_KEYS:
+        if flat.numel() == 0 or set(output) - set(_PADDED) - _ROW_KEYS - _BATCH_KEYS - {_LEFT_PAD_KEY}:
             _warn_once(trainer, "dynamic_sampling: this batch has fields it cannot merge (images, tools, a custom "
                                 "rollout); dynamic sampling is off.")
             return output if rounds == 0 else outputs[0]
@@ -486,8 +489,12 @@ def _merge(trainer, outputs: list[dict[str, Any]], pieces: list[tuple[int, int]]
     padding; rotary positions shift together, which leaves attention unchanged)."""
     pad_id = trainer._tokenizer.pad_token_id
     merged: dict[str, Any] = {}
+    prompt_width = max(outputs[i]["prompt_ids"].size(1) for i, _ in pieces)
     for key in outputs[0]:
-        if key in _BATCH_KEYS:
+        if key in _BATCH_KEYS or key == _LEFT_PAD_KEY:
+            continue
+        if outputs[0][key] is None:  # e.g. sampling_per_token_logps where no other engine sampled
+            merged[key] = None
             continue
         parts = [outputs[i][key][g * group_size:(g + 1) * group_size] for i, g in pieces]
         if key in _PADDED and parts[0].dim() > 1:
@@ -500,6 +507,11 @@ def _merge(trainer, outputs: list[dict[str, Any]], pieces: list[tuple[int, int]]
                 padded.append(torch.cat([fill, p] if side == "left" else [p, fill], dim=1))
             parts = padded
         merged[key] = torch.cat(parts, dim=0)
+    if _LEFT_PAD_KEY in outputs[0]:
+        # each round's widest left padding, plus the columns its prompts were padded by here
+        widest = max(int(outputs[i][_LEFT_PAD_KEY].max()) + prompt_width - outputs[i]["prompt_ids"].size(1)
+                     for i, _ in pieces)
+        merged[_LEFT_PAD_KEY] = outputs[0][_LEFT_PAD_KEY].new_full((merged["prompt_ids"].size(0), 1), widest)
     mask = merged["completion_mask"] * merged["tool_mask"] if "tool_mask" in merged else merged["completion_mask"]
     # TRL normalises the DAPO-style losses by the completion tokens of the whole batch on every process
     merged["num_items_in_batch"] = trainer.accelerator.gather(mask.sum()).sum()

@@ -21,6 +21,7 @@ from typing import Any
 from config.errors import UsageError
 from config.loader import normalise_layer, trl_kwargs, validate
 from config.schema import GRPORunConfig
+from grpokit.objective import pinned
 from grpokit.run_dir import (
     EVAL_METRICS,
     GENERATION_LOGS,
@@ -94,6 +95,7 @@ class GRPOTrainer:
         self.notices: list[str] = []  # settings the run adjusted, said once in the log and in the summary
         self.sft_columns: tuple[str, ...] = ()  # where sft_loss_weight reads each row's reference (build_rewards)
         self.load_plan = None  # grpokit.load_plan.LoadPlan: checked by check_run, followed by load_model
+        self.objective = None  # grpokit.objective: the loss settings the built trainer trains with
         self._trainer_args_first = None  # ZeRO-3: TRL's args built before the model (kept alive, see load_model)
         self._started = time.perf_counter()
         from grpokit.cpu_threads import ThreadPlan
@@ -353,6 +355,7 @@ class GRPOTrainer:
         """The start of the run on one screen: model, backend, engine, data, rewards, steps and batch shape (the
         whole config is in grpo_training.log and run_config.json)."""
         from grpokit.console import print_header
+        from grpokit.objective import describe as describe_objective
 
         config, report, args = self.config, self.data_report, trainer.args
         engine = self.engine_choice or ("transformers", "")
@@ -373,6 +376,7 @@ class GRPOTrainer:
             ("rewards", f"{config.reward_function_type}: " + ", ".join(
                 f"{n} x{w:g}" for n, w in zip(self.reward_set.names, self.reward_set.weights, strict=True))),
             ("steps", f"{steps}, {_group_shape(config, per_step)} per step, lr {config.learning_rate:g}"),
+            ("loss", describe_objective(self.objective)),
             ("output", str(Path(config.output_dir)))  # one spelling: Path drops "./",
         ])
 
@@ -419,6 +423,8 @@ class GRPOTrainer:
         from grpokit.checkpoints import DeterministicSampling, ManifestWriter
         from grpokit.group_schedule import schedule_from_config
         from grpokit.model_loader import model_path
+        from grpokit.objective import keep as keep_objective
+        from grpokit.objective import of_trainer
         from grpokit.trl_engine_adapter import start_engine
         from grpokit.trl_trainer import TRLGRPOTrainer
         from rewards import build_reward_functions
@@ -431,6 +437,10 @@ class GRPOTrainer:
         kwargs = grpo_config_kwargs(config, self.eval_dataset is not None, reward_weights, self.load_plan)
         if output_dir is not None:
             kwargs.update(output_dir=str(output_dir), report_to="none", save_strategy="no")
+            # this trainer saves nothing, so there is no best checkpoint to track or reload (transformers refuses
+            # load_best_model_at_end without saves that line up with the evaluations: sft_grpo_qa sets it)
+            for key in ("load_best_model_at_end", "metric_for_best_model", "greater_is_better"):
+                kwargs.pop(key, None)
         if not torch.cuda.is_available():
             kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
         share_prompts = config.share_prompts
@@ -444,8 +454,10 @@ class GRPOTrainer:
             config, self.engine_choice, self.model, model_path(config.model_name, config.load_in_4bit), kwargs,
             self.generation_engine)
         self.threads.engine = self.generation_engine
+        args = TRLConfig(**kwargs)
+        keep_objective(args, kwargs)  # what a config class rewrote (Unsloth's generated one on a GPU), put back
         trainer = TRLGRPOTrainer(model=self.model, processing_class=self.tokenizer, reward_funcs=reward_funcs,
-                                 args=TRLConfig(**kwargs), train_dataset=self.train_dataset,
+                                 args=args, train_dataset=self.train_dataset,
                                  eval_dataset=self.eval_dataset, share_prompts=share_prompts,
                                  generation_engine=self.generation_engine,
                                  advantage_options=AdvantageOptions.from_config(config),
@@ -453,6 +465,7 @@ class GRPOTrainer:
                                  sft_columns=self.sft_columns,
                                  group_schedule=schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1"))),
                                  eval_loss=config.beta != 0 or config.sft_loss_weight > 0)
+        self.objective = of_trainer(trainer, config)  # what its loss reads: the header and run_config.json say it
         trainer.add_callback(LogLinesCallback())
         if training:
             trainer.add_callback(self.threads.callback())  # re-checks the cores before every step
@@ -519,8 +532,7 @@ class GRPOTrainer:
                         self.save_model()
                         trainer.save_state()  # trainer_state.json: --eval-only labels the adapter with its step
                         if trainer.is_world_process_zero():  # the finished run's effective config, as at its end
-                            (out / RUN_CONFIG).write_text(json.dumps(_config_dict(self.config), indent=2,
-                                                                     default=str) + "\n")
+                            self._write_run_config(out)
                         raise Interrupted(
                             f"{stopped.signal_name} during the final evaluation: training finished at step "
                             f"{trainer.state.global_step} and the adapter is saved in {out}; evaluate it with "
@@ -706,9 +718,15 @@ class GRPOTrainer:
             summary["generation_eval_failed"] = logger.failures  # e.g. an OOM in pass@k: a failure, not a gap
         return summary
 
+    def _write_run_config(self, out: Path) -> None:
+        """run_config.json: every field (`--config run_config.json` runs it again) and, under "objective", the loss
+        settings the trainer trained with (written by the run, ignored when the file is read back)."""
+        document = {**_config_dict(self.config), "objective": self.objective}
+        (out / RUN_CONFIG).write_text(json.dumps(document, indent=2, default=str) + "\n")
+
     def _write_outputs(self, summary: dict[str, Any]) -> None:
         out = Path(self.config.output_dir)
-        (out / RUN_CONFIG).write_text(json.dumps(_config_dict(self.config), indent=2, default=str) + "\n")
+        self._write_run_config(out)
         try:
             from grpokit.plots import make_plots
 
@@ -792,7 +810,9 @@ def grpo_config_kwargs(config: GRPORunConfig, has_eval: bool, reward_weights: li
     if config.fast_inference:
         # Unsloth's in-process vLLM engine serves TRL's generation (Unsloth's GRPO notebooks set use_vllm=True).
         kwargs["use_vllm"] = True
-    return kwargs
+    # Every loss setting explicit (TRL's value where the run sets none): Unsloth's generated GPU config would fill
+    # in its own for some (grpokit/objective.py), and the GPU run would train another objective than the CPU one.
+    return pinned(kwargs)
 
 
 def _group_shape(config: GRPORunConfig, per_step: int) -> str:
