@@ -17,6 +17,7 @@ Imported only after the backend (Unsloth must be imported before TRL).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
@@ -28,6 +29,37 @@ from grpokit.shared_prompts import distinct_rows, generate_with_shared_prompts, 
 # Attention functions that take a custom 4D mask as it is (grpokit.activation_memory's registers as eager does):
 # bool for SDPA, additive for eager. Flash attention takes none; other models keep the two-call pass.
 _PACKED_MASK = {"sdpa": "bool", "eager": "additive", "grpo_eager_gqa": "additive"}
+
+
+@contextlib.contextmanager
+def _cpu_map_location(device: torch.device):
+    """torch.load with map_location `cpu:N` read as `cpu` while the block runs.
+
+    Under torchrun on CPU, accelerate gives each rank the device `cpu:0` (torch.device("cpu", local_rank % 1)), and
+    transformers' Trainer loads optimizer.pt with map_location=args.device whenever world_size > 1. torch's CPU
+    deserializer takes only the location "cpu", so resuming any multi-rank CPU run died there ("don't know how to
+    restore data location of torch.storage.UntypedStorage (tagged with cpu:0)"). A CPU has one memory: `cpu:N` is
+    `cpu`. Any other device (cuda:N) passes through untouched."""
+    if device.type != "cpu" or device.index is None:
+        yield
+        return
+    load = torch.load
+
+    @functools.wraps(load)
+    def load_on_cpu(*args, **kwargs):
+        location = args[1] if len(args) > 1 else kwargs.get("map_location")
+        if str(location).startswith("cpu:"):  # a torch.device or its string
+            if len(args) > 1:
+                args = (args[0], "cpu", *args[2:])
+            else:
+                kwargs["map_location"] = "cpu"
+        return load(*args, **kwargs)
+
+    torch.load = load_on_cpu
+    try:
+        yield
+    finally:
+        torch.load = load
 
 
 @functools.cache
@@ -86,7 +118,8 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         total from the current step, and the rate the log reports is the rate each step trains at."""
         from grpokit.advantages import load_state
 
-        super()._load_optimizer_and_scheduler(checkpoint)
+        with _cpu_map_location(self.args.device):  # multi-rank CPU runs: transformers maps to `cpu:0`
+            super()._load_optimizer_and_scheduler(checkpoint)
         load_state(self, checkpoint)  # the run state saved beside the optimizer (grpokit/advantages.py)
         scheduler = self.lr_scheduler
         lambdas = getattr(scheduler, "lr_lambdas", None)

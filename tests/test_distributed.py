@@ -45,11 +45,11 @@ def test_two_process_torchrun_run(tmp_path):
     writes: every rank must take the same decision (a new best makes transformers wait at a barrier in the save, and
     the best model is reloaded at the end by every rank, a collective under ZeRO-3 / FSDP). Dynamic sampling on: its extra generation rounds are decided from gathered rewards, the same on every rank."""
     out = tmp_path / "run"
-    result = _torchrun("--quick-test", "--max-steps", "2", "--set", "per_device_train_batch_size=4",
-                       "--set", "per_device_eval_batch_size=4", "--max-generation-samples", "2",
-                       "--set", "best_metric=greedy_reward", "--set", "eval_steps=1", "--set", "save_steps=1",
-                       "--set", "dynamic_sampling=true", "--set", "load_best_model_at_end=true",
-                       "--output-dir", str(out))
+    run = ("--quick-test", "--set", "per_device_train_batch_size=4", "--set", "per_device_eval_batch_size=4",
+           "--max-generation-samples", "2", "--set", "best_metric=greedy_reward", "--set", "eval_steps=1",
+           "--set", "save_steps=1", "--set", "dynamic_sampling=true", "--set", "load_best_model_at_end=true",
+           "--output-dir", str(out))
+    result = _torchrun(*run, "--max-steps", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     # both ranks reached the same global step
     assert "rank 0 of 2 finished at global step 2" in result.stderr
@@ -70,16 +70,26 @@ def test_two_process_torchrun_run(tmp_path):
     assert log_text.count("Config (preset quick_test)") == 1  # only rank 0 writes the log file
     assert result.stderr.count("GRPO run finished") == 1  # one summary
 
-    # `latest` with an incomplete newest checkpoint: set aside once (by rank 0), every rank names the same one;
-    # --dry-run prints one plan, not one per rank
-    (out / "checkpoint-2" / ".writing").write_text("1\n")
-    result = _torchrun("--quick-test", "--max-steps", "3", "--output-dir", str(out), "--resume-from-checkpoint",
-                       "latest", "--dry-run", timeout=300)
+    # `latest` with an incomplete newest checkpoint (a save that died: `.writing`, no `.complete`): set aside once
+    # (by rank 0), every rank names the same one; --dry-run prints one plan, not one per rank
+    (out / "checkpoint-3").mkdir()
+    (out / "checkpoint-3" / ".writing").write_text("1\n")
+    result = _torchrun(*run, "--max-steps", "3", "--resume-from-checkpoint", "latest", "--dry-run", timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert len(list(out.glob("incomplete-checkpoint-2-*"))) == 1 and not (out / "checkpoint-2").exists()
-    assert result.stderr.count(f"--resume-from-checkpoint latest: {out / 'checkpoint-1'}") == 2
+    assert len(list(out.glob("incomplete-checkpoint-3-*"))) == 1 and not (out / "checkpoint-3").exists()
+    assert result.stderr.count(f"--resume-from-checkpoint latest: {out / 'checkpoint-2'}") == 2
     assert "Traceback" not in result.stderr
     assert result.stdout.count('"load_plan"') == 1
+
+    # and resumed for real, one step more: each rank loads the optimizer state (transformers maps it to the rank's
+    # device, `cpu:0` under torchrun on CPU, which torch.load refused) and both finish the extra step
+    result = _torchrun(*run, "--max-steps", "3", "--resume-from-checkpoint", "latest", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr
+    assert "rank 0 of 2 finished at global step 3" in result.stderr
+    assert "rank 1 of 2 finished at global step 3" in result.stderr
+    assert json.loads((out / "metrics_summary.json").read_text())["global_step"] == 3
+    assert (out / "checkpoint-3" / ".complete").exists()
 
 
 def test_shared_prompt_log_probs_make_the_same_forward_calls_on_every_rank(tmp_path):
