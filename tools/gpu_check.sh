@@ -79,8 +79,8 @@ ours_args() {
 stage install 90 sh -c '[ -d gpu_bundle ] || { echo "no gpu_bundle/: build it (python tools/gpu_bundle.py build) and carry it"; exit 2; }
     "$0" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$1" gpu_bundle/*.whl' "$PY" "$SITE"
 stage nvidia_smi 20 nvidia-smi
-stage env 150 "$PY" tools/gpu_check.py env "$WORK/env.json"
-stage doctor 90 "$PY" train_grpo.py doctor --report "$WORK/doctor.json"
+stage env 120 "$PY" tools/gpu_check.py env "$WORK/env.json"
+stage doctor 150 "$PY" train_grpo.py doctor --report "$WORK/doctor.json"
 stage models 120 "$PY" tools/gpu_check.py models "$WORK/models" qwen2-0.5b llama-tiny
 stage plan 60 sh -c 'out=$1; shift; "$@" > "$out"' sh "$WORK/plan.json" "$PY" train_grpo.py \
     $(ours_args "$QWEN" "$WORK/runs/plan") --dry-run
