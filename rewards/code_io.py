@@ -1,0 +1,207 @@
+"""Standard-input / standard-output code problems: the cases, and how an output is compared with the expected one.
+
+The dominant format of open code-RL data (APPS, TACO, CodeContests, LiveCodeBench, DeepCoder's mix) gives each
+problem a list of cases: an input fed to the program's standard input and the output it must print. Call-based
+problems (APPS / TACO / LiveCodeBench "functional" rows with a `fn_name`) give argument lists and return values
+instead. `io_cases` reads every layout below into one column, `{"cases": [{"input", "output"}...], "fn_name",
+"time_limit"}`, which the data loader maps and rewards/code.py scores case by case:
+
+  APPS, TACO          `input_output`: a JSON string {"inputs": [...], "outputs": [...], "fn_name"?}
+  CodeContests        `public_tests` / `private_tests` / `generated_tests`: {"input": [...], "output": [...]};
+                      `time_limit` {"seconds", "nanos"}
+  LiveCodeBench       `public_test_cases` (and `private_test_cases` when given as JSON): a JSON string, a list of
+                      {"input", "output", "testtype": "stdin" | "functional"}; `metadata` {"func_name"}
+  DeepCoder's mix     `tests`: a JSON string, a list of {"input", "output", "testtype"} or one {"inputs", "outputs",
+                      "fn_name"}; `metadata` {"func_name"}
+  plain               `inputs` + `outputs` columns (lists of strings), optional `fn_name`
+
+The verdict is decided outside the sandbox: the program runs there on a case's input, and only its standard output
+comes back; the expected output never enters it. `outputs_match` compares as the datasets' own checkers do: line by
+line after dropping trailing spaces and blank lines at both ends (APPS strips the same), then token by token, with
+numbers equal within 1e-6 absolute or relative error (the usual judge tolerance; APPS' np.allclose is looser). Not
+taken from APPS: its last fallback, which compares each line's tokens as a set, so a wrong order passes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from config.errors import UsageError
+
+FLOAT_TOLERANCE = 1e-6
+DEFAULT_CASE_SECONDS = 4.0  # per case where the row gives none (CodeContests' limits are for C++: Python gets 2x)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _json(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{where} is not valid JSON ({err.msg}): give the test cases as the dataset ships them "
+                             "(a JSON string or an object).") from None
+    return value
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):  # APPS sometimes splits an input into its lines
+        return "\n".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def _seconds(value: Any) -> float | None:
+    """CodeContests' {"seconds", "nanos"}, TACO's "2 seconds", or a number."""
+    if isinstance(value, dict):
+        seconds = float(value.get("seconds") or 0) + float(value.get("nanos") or 0) / 1e9
+        return seconds or None
+    if isinstance(value, int | float):
+        return float(value) or None
+    if isinstance(value, str):
+        found = _NUMBER.search(value)
+        return float(found.group()) if found else None
+    return None
+
+
+def io_cases(row: dict[str, Any], where: str = "row") -> dict[str, Any] | None:
+    """The row's cases in one form, or None when the row has none of the layouts above. A row whose cases are
+    present but unreadable raises one UsageError naming the field."""
+    fn_name = ""
+    metadata = row.get("metadata")
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            metadata = None
+    if isinstance(metadata, dict):
+        fn_name = str(metadata.get("func_name") or metadata.get("fn_name") or "")
+    cases: list[dict[str, Any]] = []
+    if row.get("input_output"):  # APPS, TACO
+        data = _json(row["input_output"], f"{where}: 'input_output'")
+        cases, fn_name = _pairs(data, f"{where}: 'input_output'"), str(data.get("fn_name") or fn_name)
+    elif any(isinstance(row.get(k), dict) for k in ("public_tests", "private_tests", "generated_tests")):
+        for key in ("public_tests", "private_tests", "generated_tests"):  # CodeContests
+            tests = row.get(key) or {}
+            inputs, outputs = tests.get("input") or [], tests.get("output") or []
+            if len(inputs) != len(outputs):
+                raise UsageError(f"{where}: '{key}' has {len(inputs)} inputs and {len(outputs)} outputs.")
+            cases += [{"input": _text(i), "output": _text(o)} for i, o in zip(inputs, outputs, strict=True)]
+    elif row.get("public_test_cases") or row.get("private_test_cases"):  # LiveCodeBench
+        for key in ("public_test_cases", "private_test_cases"):
+            value = row.get(key)
+            if not value:
+                continue
+            if isinstance(value, str) and not value.lstrip().startswith("["):
+                continue  # LiveCodeBench ships its private cases pickled: never unpickled here (see docs)
+            cases += _case_list(_json(value, f"{where}: '{key}'"), f"{where}: '{key}'")
+    elif isinstance(row.get("tests"), str) and row["tests"].lstrip()[:1] in "[{" and "output" in row["tests"]:
+        data = _json(row["tests"], f"{where}: 'tests'")  # DeepCoder's mix
+        if isinstance(data, dict):
+            cases, fn_name = _pairs(data, f"{where}: 'tests'"), str(data.get("fn_name") or fn_name)
+        else:
+            cases = _case_list(data, f"{where}: 'tests'")
+    elif isinstance(row.get("inputs"), list) and isinstance(row.get("outputs"), list):
+        cases = _pairs({"inputs": row["inputs"], "outputs": row["outputs"]}, f"{where}: 'inputs' / 'outputs'")
+        fn_name = str(row.get("fn_name") or fn_name)
+    else:
+        return None
+    if any(case.get("functional") for case in cases) and not fn_name:
+        raise UsageError(f"{where}: its cases call a function but the row names none: add 'fn_name' (or "
+                         "metadata.func_name).")
+    if not cases:
+        raise UsageError(f"{where}: its test cases are empty: a problem with no case cannot be scored.")
+    limit = _seconds(row.get("time_limit"))
+    return {"cases": [{"input": c["input"], "output": c["output"]} for c in cases], "fn_name": fn_name,
+            "time_limit": limit}
+
+
+def _pairs(data: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(data, dict) or not isinstance(data.get("inputs"), list) or \
+            not isinstance(data.get("outputs"), list):
+        raise UsageError(f"{where} must hold {{\"inputs\": [...], \"outputs\": [...]}}.")
+    if len(data["inputs"]) != len(data["outputs"]):
+        raise UsageError(f"{where} has {len(data['inputs'])} inputs and {len(data['outputs'])} outputs.")
+    call = bool(data.get("fn_name"))
+    return [{"input": i if call else _text(i), "output": o if call else _text(o)}
+            for i, o in zip(data["inputs"], data["outputs"], strict=True)]
+
+
+def _case_list(data: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(data, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in data):
+        raise UsageError(f"{where} must be a list of {{\"input\", \"output\"}} cases.")
+    out = []
+    for case in data:
+        functional = case.get("testtype") == "functional"
+        if functional:  # LiveCodeBench: the arguments one JSON value per line, the output one JSON value
+            try:
+                args = [json.loads(line) for line in str(case["input"]).splitlines() if line.strip()]
+                expected = json.loads(str(case["output"]))
+            except json.JSONDecodeError:
+                raise UsageError(f"{where}: a functional case's input / output is not JSON.") from None
+            out.append({"input": args, "output": expected, "functional": True})
+        else:
+            out.append({"input": _text(case["input"]), "output": _text(case["output"])})
+    return out
+
+
+# ---- comparing outputs -----------------------------------------------------------------------------------------------
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return lines
+
+
+def _same_token(actual: str, expected: str) -> bool:
+    if actual == expected:
+        return True
+    if not (_NUMBER.fullmatch(actual) and _NUMBER.fullmatch(expected)):
+        return False
+    a, e = float(actual), float(expected)
+    # Integers are compared exactly as text above: a tolerance is for numbers printed with a fraction
+    if "." not in expected + actual and "e" not in (expected + actual).lower():
+        return False
+    return math.isfinite(a) and math.isfinite(e) and abs(a - e) <= FLOAT_TOLERANCE * max(1.0, abs(e))
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """Whether a program's standard output answers a case (see the module docstring)."""
+    got, want = _lines(actual), _lines(expected)
+    if got == want:
+        return True
+    got, want = [line.split() for line in got if line.strip()], [line.split() for line in want if line.strip()]
+    return len(got) == len(want) and all(
+        len(g) == len(w) and all(_same_token(a, e) for a, e in zip(g, w, strict=True))
+        for g, w in zip(got, want, strict=True))
+
+
+# ---- call-based cases as tests ---------------------------------------------------------------------------------------
+
+# APPS / TACO call-based expected values are often wrapped in a one-element list, and tuples come back where the
+# ground truth has lists (verl's prime_code testing_util accepts both): the trusted side compares so.
+SAME_RESULT = '''
+def _same_result(actual, expected):
+    def plain(value):
+        if isinstance(value, tuple | list):
+            return [plain(v) for v in value]
+        return value
+    actual = plain(actual)
+    return actual == expected or (isinstance(expected, list) and len(expected) == 1 and actual == expected[0])
+'''
+
+
+def call_tests(fn_name: str, cases: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """Call-based cases as asserts the split verdict runs on the trusted side: (tests, set-up code)."""
+    if not re.fullmatch(r"[A-Za-z_]\w*", fn_name or ""):
+        raise UsageError(f"fn_name {fn_name!r} is not a Python function name.")
+    tests = []
+    for case in cases:
+        args = case["input"] if isinstance(case["input"], list) else [case["input"]]
+        tests.append(f"assert _same_result({fn_name}(*{args!r}), {case['output']!r})")
+    return tests, SAME_RESULT.strip()

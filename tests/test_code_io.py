@@ -1,0 +1,94 @@
+"""Standard-input / standard-output problems: every layout read into one form, and the output comparison as a table
+(rewards/code_io.py). The end-to-end scoring of these problems in the sandbox is in tests/test_code_stdio.py."""
+
+import json
+
+import pytest
+from conftest import ROOT
+
+from config.errors import UsageError
+from rewards.code_io import call_tests, io_cases, outputs_match
+
+SAMPLES = [json.loads(line) for line in (ROOT / "examples" / "code_stdio.jsonl").read_text().splitlines()]
+
+
+def test_every_shipped_layout_is_read():
+    read = {row["id"]: io_cases(row, row["id"]) for row in SAMPLES}
+    assert [len(read[k]["cases"]) for k in ("sum-two", "average", "fizzbuzz-n", "is-palindrome", "echo-upper", "gcd",
+                                            "triangle")] == [3, 3, 2, 2, 2, 3, 2]
+    assert read["average"]["time_limit"] == 2.0  # CodeContests' {"seconds", "nanos"}
+    assert read["square"]["fn_name"] == "square" and read["square"]["cases"][1] == {"input": [-3], "output": [9]}
+    # LiveCodeBench functional: one JSON value per input line, the output one JSON value
+    assert read["is-palindrome"]["cases"][0] == {"input": ["abba"], "output": True}
+    assert read["is-palindrome"]["fn_name"] == "is_palindrome"
+    # APPS splits inputs into lists of lines sometimes: joined
+    assert io_cases({"input_output": json.dumps({"inputs": [["1", "2"]], "outputs": [["3"]]})})["cases"] == \
+        [{"input": "1\n2", "output": "3"}]
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"input_output": "{not json"}, "'input_output' is not valid JSON"),
+    ({"input_output": json.dumps({"inputs": ["1"], "outputs": []})}, "1 inputs and 0 outputs"),
+    ({"public_test_cases": json.dumps([{"input": "1", "output": "1", "testtype": "functional"}])},
+     "names none: add 'fn_name'"),
+    ({"inputs": [], "outputs": []}, "test cases are empty"),
+])
+def test_unreadable_cases_are_one_line(row, message):
+    with pytest.raises(UsageError, match=message):
+        io_cases(row, "row 3")
+
+
+def test_rows_without_cases_are_not_io_data():
+    assert io_cases({"prompt": "x", "tests": ["assert f(1) == 2"]}) is None
+    assert io_cases({"prompt": "x", "tests": "assert f(1) == 2"}) is None
+
+
+def test_pickled_private_cases_are_never_unpickled():
+    """LiveCodeBench ships private cases as base64(zlib(pickle)): unpickling runs code, so only JSON is read."""
+    row = {"public_test_cases": json.dumps([{"input": "1\n", "output": "1\n", "testtype": "stdin"}]),
+           "private_test_cases": "eJxrYKotZNQI4WRgYGBgYODkZGBkZGBgZGDgZmBg"}
+    assert len(io_cases(row)["cases"]) == 1
+
+
+# (actual stdout, expected, same?) labelled as a judge would
+OUTPUTS = [
+    ("3\n", "3\n", True),
+    ("3", "3\n", True),                        # no final newline
+    ("3   \n\n\n", "3\n", True),               # trailing spaces and blank lines
+    ("\n3\n", "3\n", True),                    # a leading blank line
+    ("1 2\r\n3 4\r\n", "1 2\n3 4\n", True),    # Windows line ends
+    ("1  2\n", "1 2\n", True),                 # runs of spaces between tokens
+    ("2.3333333\n", "2.333333\n", True),       # within 1e-6
+    ("2.334\n", "2.333333\n", False),
+    ("1e-7\n", "0.0\n", True),                 # absolute error for small values
+    ("1000000.5\n", "1000000.0\n", True),      # relative error for large ones (5e-7)
+    ("3.0\n", "3\n", True),
+    ("4\n", "3\n", False),
+    ("30\n", "3\n", False),
+    ("3\n", "3.5\n", False),
+    ("10\n", "1e1\n", True),
+    ("2 1\n", "1 2\n", False),                 # order matters (APPS' token-set fallback is not taken)
+    ("1\n2\n", "1 2\n", False),                # the line structure matters
+    ("YES\n", "yes\n", False),                 # case matters, as APPS compares
+    ("nan\n", "nan\n", True),                  # equal text
+    ("inf\n", "1e400\n", False),
+    ("", "0\n", False),
+    ("", "", True),
+    ("3\n4\n", "3\n", False),                  # extra output
+]
+
+
+@pytest.mark.parametrize("actual, expected, same", OUTPUTS)
+def test_outputs_compare_as_a_judge_would(actual, expected, same):
+    assert outputs_match(actual, expected) is same
+
+
+def test_call_based_cases_become_trusted_asserts():
+    tests, setup = call_tests("pair_sum", [{"input": [[2, 7], 9], "output": [[0, 1]]}])
+    assert tests == ["assert _same_result(pair_sum(*[[2, 7], 9]), [[0, 1]])"]
+    namespace = {}
+    exec(setup, namespace)
+    same = namespace["_same_result"]
+    assert same((0, 1), [[0, 1]]) and same([0, 1], [0, 1]) and not same([1, 0], [[0, 1]])
+    with pytest.raises(UsageError, match="not a Python function name"):
+        call_tests("os.system", [])
