@@ -282,6 +282,8 @@ CUSTOM_FORMATS = {
     "hh": '{"chosen": "\\n\\nHuman: ...\\n\\nAssistant: ...", "rejected": "..."} (HH-RLHF transcripts)',
     "tests": '{"prompt": "...", "tests": ["assert f(1) == 2", ...]} (code: asserts, or one string of test code; '
              'optional "entry_point", "test_setup_code")',
+    "mbpp": '{"text": "...", "test_list": ["assert f(1) == 2", ...], "test_setup_code": "..."} (MBPP rows, as the '
+            '`mbpp` dataset maps them; "prompt" + "test_imports" for sanitized MBPP; challenge_test_list is not run)',
     "prompt": '{"prompt": "..."} (prompts only; rewards that need references will say so), optionally with a '
               '"completion": the reference reply sft_loss_weight trains on',
 }
@@ -300,6 +302,8 @@ def detect_custom_format(row: Row, names: FieldNames) -> str | None:
         return "qa"
     if prompt_key in keys and "tests" in keys:
         return "tests"
+    if "test_list" in keys and (names.prompt or ("text" if "text" in keys else prompt_key)) in keys:
+        return "mbpp"  # MBPP's own columns: code data, mapped as the `mbpp` dataset maps them
     if chosen_key in keys and rejected_key in keys and isinstance(row[chosen_key], str):
         return "hh"
     if prompt_key in keys:
@@ -393,6 +397,10 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
                 "test_setup_code": str(row.get("test_setup_code") or ""), "entry_point": str(row.get("entry_point") or ""),
                 "code_prompt": str(row.get("code_prompt") or "")}, None
 
+    def fmt_mbpp(row: Row) -> Mapped:
+        text = row[names.prompt or ("text" if "text" in row else prompt_key(row))]
+        return format_mbpp({**row, "text": text if isinstance(text, str) else "", "prompt": None})
+
     def fmt_prompt(row: Row) -> Mapped:
         prompt = _as_messages(row[prompt_key(row)])
         if prompt is None:
@@ -401,7 +409,7 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
                 "reference": _reference(row)}, None
 
     return {"preference": fmt_preference, "messages": fmt_messages, "qa": fmt_qa, "hh": fmt_hh,
-            "tests": fmt_tests, "prompt": fmt_prompt}[fmt]
+            "tests": fmt_tests, "mbpp": fmt_mbpp, "prompt": fmt_prompt}[fmt]
 
 
 def iter_jsonl(path: str | Path, what: str = "File"):
@@ -430,7 +438,7 @@ def iter_jsonl(path: str | Path, what: str = "File"):
 
 # The columns each custom format reads (for the check that every --*-field given is used).
 FORMAT_FIELDS = {"preference": ("prompt", "chosen", "rejected"), "messages": (), "qa": ("prompt", "answer"),
-                 "hh": ("chosen", "rejected"), "tests": ("prompt",), "prompt": ("prompt",)}
+                 "hh": ("chosen", "rejected"), "tests": ("prompt",), "mbpp": ("prompt",), "prompt": ("prompt",)}
 
 
 def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -> None:
@@ -651,10 +659,29 @@ class DatasetReport:
     examples: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     streamed: bool = False
+    dataset: str = ""  # the built-in dataset the rows came from ("" for your own rows): its default rewards apply
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "format": self.format, "rows": self.rows, "dropped": self.dropped,
-                "notes": self.notes, "streamed": self.streamed, "examples": self.examples}
+                "notes": self.notes, "streamed": self.streamed, "examples": self.examples, "dataset": self.dataset}
+
+
+# A built-in dataset's mapped rows carry its name in their DatasetInfo, so rows that create_grpo_dataloader returns
+# and train(dataset) gets back get the rewards `--dataset NAME` gets (the built-in arithmetic's exact-answer reward,
+# not the maths set its numeric answers alone would pick).
+_ORIGIN = "grpo-cli:"
+
+
+def _mark_origin(ds, dataset: str):
+    if ds is not None:
+        ds.info.dataset_name = _ORIGIN + dataset
+    return ds
+
+
+def dataset_origin(ds) -> str:
+    """The built-in dataset a `datasets.Dataset` of mapped rows came from, else ""."""
+    name = str(getattr(getattr(ds, "info", None), "dataset_name", None) or "")
+    return name.removeprefix(_ORIGIN) if name.startswith(_ORIGIN) and name.removeprefix(_ORIGIN) in DATASETS else ""
 
 
 # The columns a mapped row may carry besides id and prompt (those no row of a split has are removed).
@@ -946,6 +973,9 @@ def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samp
         raise UsageError(f"The training set is empty after mapping and filtering{why}: check the data and filters.")
     report.rows = {"train": len(train), "eval": len(evaluation) if evaluation is not None else 0}
     report.examples = [train[i] for i in range(min(2, len(train)))]
+    if not custom_data:
+        report.dataset = dataset
+        train, evaluation = _mark_origin(train, dataset), _mark_origin(evaluation, dataset)
     return train, evaluation, report
 
 
@@ -1025,6 +1055,7 @@ def as_grpo_dataset(dataset, config):
 
     if isinstance(dataset, datasets.DatasetDict):
         dataset = dataset["train"]
+    origin = dataset_origin(dataset)
     if isinstance(dataset, datasets.Dataset):
         rows = dataset.to_list()
     elif isinstance(dataset, (list, tuple)) and all(isinstance(r, dict) for r in dataset):
@@ -1045,7 +1076,7 @@ def as_grpo_dataset(dataset, config):
                          "Accepted: " + "; ".join(CUSTOM_FORMATS.values()) + ".")
     check_field_names(fmt, rows[0], names, "the dataset")
     formatter = make_custom_formatter(fmt, names)
-    report = DatasetReport(source="the dataset passed to train()", format=fmt)
+    report = DatasetReport(source="the dataset passed to train()", format=fmt, dataset=origin)
     rows = [_message_texts(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)]
     rows = [_tests_as_list(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "tests" else rows
     rows = [_qa_answers(r, names, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "qa" else rows

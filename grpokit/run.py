@@ -135,23 +135,23 @@ class GRPOTrainer:
             explicit = config.named_by_user("reward_config_name", "reward_config")
         columns = set(self.train_dataset.column_names)
         rows = self.train_dataset
-        reward_set = reward_set_for(config, report.format, self.extra_reward_funcs, rows)
+        reward_set = reward_set_for(config, report.format, self.extra_reward_funcs, rows, report.dataset)
         missing = unscorable_components(reward_set, rows)
         if missing or not _columns_fit(reward_set, columns):
-            default = default_reward_preset(config, report.format, rows)
+            default = default_reward_preset(report.format, rows, report.dataset)
             if not explicit and default != config.reward_config_name:
                 notice = (f"reward preset '{config.reward_config_name}' cannot score {report.source} "
                           f"({_why(missing, reward_set, columns)}): using the data's default, '{default}'.")
                 self.notices.append(notice)
                 log.warning("%s", notice)
                 config.reward_config_name, config.reward_config = default, ""
-                reward_set = reward_set_for(config, report.format, self.extra_reward_funcs, rows)
+                reward_set = reward_set_for(config, report.format, self.extra_reward_funcs, rows, report.dataset)
                 missing = unscorable_components(reward_set, rows)
             if missing:
                 raise UsageError(
                     f"Reward(s) {', '.join(missing)} cannot score any row of {report.source} ({_why(missing, reward_set, columns)}): "
                     f"the run would learn nothing from it. Use --reward-preset "
-                    f"{default_reward_preset(config, report.format, rows)} or data with the columns they need.")
+                    f"{default} or data with the columns they need.")
         check_columns(reward_set, columns, report.source)
         _check_reward_metrics(config, reward_set, columns, report.source)
         from rewards.code import check_isolation
@@ -925,13 +925,15 @@ def _config_dict(config: GRPORunConfig) -> dict[str, Any]:
     return config_to_dict(config)
 
 
-def reward_set_for(config: GRPORunConfig, data_format: str, extra_funcs: list, rows=None):
+def reward_set_for(config: GRPORunConfig, data_format: str, extra_funcs: list, rows=None, dataset: str = ""):
+    """The configured reward set, or the data's default (rewards/fit.py default_reward_preset: `dataset` is the
+    built-in dataset the rows came from, "" for your own rows)."""
     from rewards import load_reward_config, parse_reward_config
     from rewards.fit import default_reward_preset
 
     name = config.reward_config_name
     if not name and not config.reward_config:
-        name = default_reward_preset(config, data_format, rows)
+        name = default_reward_preset(data_format, rows, dataset)
     data, source = load_reward_config(name, config.reward_config)
     reward_set = parse_reward_config(data, source, config.custom_rewards, config.max_completion_length)
     if extra_funcs:

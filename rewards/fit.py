@@ -18,22 +18,24 @@ PROBED = {"accuracy", "qa", "format", "length", "repetition", "quality", "simila
 PROBE_ROWS = 8
 
 
-def default_reward_preset(config, data_format: str, rows=None) -> str:
-    """The reward preset a dataset gets when none is named: math for exact answers that are numbers, qa for
-    question/answer data with text answers (SQuAD / TriviaQA scoring), the built-in task's own for arithmetic,
-    keyword rewards for prompt-only data (nothing to compare against), balanced for preference data. `rows`: a few
-    of the data's rows (mapped or raw; a datasets.Dataset or a list of dicts), read for their `answer`. Both a run
-    and `--score-completions` ask here, so a preview scores rows as the run on them would."""
-    from data_loader import CUSTOM_FORMATS, DATASETS
+def default_reward_preset(data_format: str, rows=None, dataset: str = "") -> str:
+    """The reward preset data gets when none is named, decided here for a run, the Python API and
+    `--score-completions` alike: a built-in `dataset`'s own (the rows came from it: `--dataset NAME`, or
+    create_grpo_dataloader's rows passed to train()); else from the rows' format: math for exact answers that are
+    numbers, qa for question/answer data with text answers (SQuAD / TriviaQA scoring), code for rows with tests
+    (`tests`, MBPP's `test_list`), keyword rewards for prompt-only data (nothing to compare against), balanced for
+    preference data. `rows`: a few of the data's rows (mapped or raw; a datasets.Dataset or a list of dicts), read
+    for their `answer`."""
+    from data_loader import DATASETS
 
-    if config.custom_data or data_format in CUSTOM_FORMATS:
-        if data_format == "qa":
-            return "math" if answers_are_numbers(rows) else "qa"
-        if data_format == "messages" and rows is not None and not any(
-                rows[i].get("chosen") for i in range(min(PROBE_ROWS * 4, len(rows)))):
-            return "keywords"  # conversations with no final assistant turn: prompts only
-        return {"prompt": "keywords", "tests": "code"}.get(data_format, "balanced")
-    return DATASETS[config.dataset].default_rewards if config.dataset in DATASETS else "balanced"
+    if dataset in DATASETS:
+        return DATASETS[dataset].default_rewards
+    if data_format == "qa":
+        return "math" if answers_are_numbers(rows) else "qa"
+    if data_format == "messages" and rows is not None and not any(
+            rows[i].get("chosen") for i in range(min(PROBE_ROWS * 4, len(rows)))):
+        return "keywords"  # conversations with no final assistant turn: prompts only
+    return {"prompt": "keywords", "tests": "code", "mbpp": "code", "code": "code"}.get(data_format, "balanced")
 
 
 def preview_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:

@@ -193,10 +193,35 @@ def test_custom_tests_format(tmp_path):
     assert sorted(len(t) for t in train["tests"]) == [1, 1]  # a string of tests is one snippet
     from rewards.fit import default_reward_preset
 
-    class Config:
-        custom_data, dataset = str(path), ""
+    assert default_reward_preset("tests") == "code"
 
-    assert default_reward_preset(Config, "tests") == "code"
+
+@pytest.mark.parametrize("flags", [(), ("--prompt-field", "text")])
+def test_mbpp_rows_as_custom_data_are_code_data(cli, tmp_path, flags):
+    """MBPP's own columns in a JSONL (text, code, test_list, test_setup_code, challenge_test_list, task_id) are code
+    data, mapped as `--dataset mbpp` maps them, with the code reward: they were refused (no prompt column), and with
+    --prompt-field text trained on the keyword rewards with the tests ignored."""
+    data = FIXTURES / "mbpp-custom-4.jsonl"
+    code, out, err = cli("--custom-data", str(data), "--model", "smollm2-135m", "--dry-run", *flags)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["rewards"]["components"] == ["code_execution"]
+    assert document["dataset"]["format"] == "mbpp" and document["dataset"]["rows"]["train"] == 4
+    raw = {r["task_id"]: r for r in map(json.loads, data.read_text().splitlines())}
+    for example in document["dataset"]["examples"]:
+        row = raw[int(example["id"].removeprefix("mbpp-"))]
+        assert example["tests"] == row["test_list"] and example["entry_point"] in row["code"]
+        assert row["test_list"][0] in example["prompt"][-1]["content"]  # the tests in the prompt, as MBPP's paper
+    if flags:
+        return
+    rows = [{**row, "completions": [fenced(row["code"]), fenced(f"def {name}(*args):\n    return None")]}
+            for row, name in ((raw[3], "is_not_prime"), (raw[6], "differ_At_One_Bit_Pos"))]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = cli("--score-completions", str(samples))
+    assert code == 0, err
+    scores = [json.loads(line)["scores"] for line in out.splitlines() if line.startswith("{")]
+    assert scores == [{"code_execution": [1.0, 0.0]}] * 2  # MBPP's reference code passes, a wrong function fails
 
 
 def test_custom_tests_of_the_wrong_type_are_one_line(tmp_path):

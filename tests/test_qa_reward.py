@@ -79,6 +79,32 @@ def test_a_run_on_text_answers_gets_the_qa_reward_and_numeric_answers_get_math(t
     assert trainer.build_rewards().names == ["accuracy", "format", "length"]
 
 
+@pytest.mark.parametrize("source", ["arithmetic", "numbers", "capitals", "mbpp"])
+def test_the_python_api_picks_the_default_rewards_the_cli_picks(cli, tmp_path, source):
+    """One function (rewards/fit.py default_reward_preset) decides for both, from the rows and the built-in dataset
+    they came from: create_grpo_dataloader's arithmetic rows passed to train() got the maths set (accuracy + format
+    + length, from their numeric answers) where `--dataset arithmetic` gets the exact-answer reward alone."""
+    from pathlib import Path
+
+    from data_loader import create_grpo_dataloader
+    from grpo_trainer import GRPOConfig, GRPOTrainer
+
+    files = {"numbers": write_jsonl(tmp_path / "n.jsonl", [{"question": f"{i} + 1?", "answer": str(i + 1)}
+                                                            for i in range(12)]),
+             "capitals": write_jsonl(tmp_path / "c.jsonl", CAPITALS * 3),
+             "mbpp": str(Path(__file__).parent / "fixtures" / "code" / "mbpp-custom-4.jsonl")}
+    flags = ("--dataset", source) if source == "arithmetic" else ("--custom-data", files[source])
+    code, out, err = cli(*flags, "--model", "smollm2-135m", "--max-samples", "16", "--dry-run")
+    assert code == 0, err
+    expected = json.loads(out)["rewards"]["components"]
+    _, rows = create_grpo_dataloader(model_name="smollm2-135m", dataset_name=files.get(source, source), max_samples=16)
+    trainer = GRPOTrainer(GRPOConfig(model_name="smollm2-135m", output_dir=str(tmp_path / "out")))
+    trainer.load_data(rows)
+    assert trainer.build_rewards().names == expected
+    assert expected == {"arithmetic": ["accuracy"], "numbers": ["accuracy", "format", "length"],
+                        "capitals": ["qa"], "mbpp": ["code_execution"]}[source]
+
+
 def test_the_math_reward_on_text_answers_is_refused_and_a_preset_reward_is_replaced(cli, tmp_path):
     data = write_jsonl(tmp_path / "qa.jsonl", CAPITALS * 3)
     code, _, err = cli("--custom-data", data, "--reward-preset", "math", "--dry-run")
