@@ -3,6 +3,8 @@ default for such data (a run and --score-completions agree), and a reward that s
 is refused before a model loads."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +47,24 @@ def write_jsonl(path, rows):
 ])
 def test_qa_scores_short_answers_like_squad_and_triviaqa(completion, answer, expected):
     assert QA()(completions=[conv(completion)], answer=[answer]) == [expected]
+
+
+LABELLED = Path(__file__).parent / "fixtures" / "qa_short_answers.jsonl"
+DOCS = Path(__file__).parent.parent / "docs" / "rewards.md"
+
+
+def test_qa_agrees_with_hand_labels_and_its_disagreements_are_the_documented_ones():
+    """Short answers labelled right or wrong as a careful person would (units, number words, bare numbers, yes/no
+    with negation, aliases, near misses), without looking at the reward: it must agree on 98 % or more, and the
+    cases it gets wrong must be exactly those docs/rewards.md lists."""
+    cases = [json.loads(line) for line in LABELLED.read_text().splitlines()]
+    assert len(cases) >= 100
+    disagree = [(c["answer"], c["reference"]) for c in cases
+                if (QA()(completions=[conv(c["answer"])], answer=[c["reference"]])[0] == 1.0) != c["right"]]
+    assert 1 - len(disagree) / len(cases) >= 0.98, disagree
+    section = DOCS.read_text().split("Where it disagrees with a person", 1)[1].split("\n\n", 2)[1]
+    listed = re.findall(r'^- "(.*?)" against "(.*?)"', section, flags=re.MULTILINE)
+    assert disagree == listed
 
 
 def test_long_references_score_token_f1_and_a_missing_answer_is_not_scored():
