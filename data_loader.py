@@ -412,6 +412,14 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
             "tests": fmt_tests, "mbpp": fmt_mbpp, "prompt": fmt_prompt}[fmt]
 
 
+def _one_document(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
 def iter_jsonl(path: str | Path, what: str = "File"):
     """(line number, object) for each non-empty line of a .jsonl or .jsonl.gz file; errors name the file and line."""
     path = Path(path)
@@ -419,16 +427,36 @@ def iter_jsonl(path: str | Path, what: str = "File"):
         raise UsageError(f"{what} {path} does not exist: check the path.")
     if path.is_dir():
         raise UsageError(f"{what} {path} is a directory: give a .jsonl file.")
+    not_jsonl = f"{what} {path} is not JSONL (one JSON object per line)"
     opener = gzip.open if path.suffix == ".gz" else open
+    if opener is open:
+        try:
+            with open(path, "rb") as raw:
+                magic = raw.read(2)
+        except OSError:
+            magic = b""  # open() below says why
+        if magic == b"\x1f\x8b":
+            raise UsageError(f"{not_jsonl}: it is gzip-compressed; name it {path.name}.gz or gunzip it.")
     try:
         with opener(path, "rt", encoding="utf-8-sig") as handle:  # a byte-order mark is not part of the first row
+            first = True
             for lineno, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
+                    # the first line opens one JSON document spread over the file (pretty-printed JSON)
+                    if first and line.strip()[:1] in "[{" and _one_document(line + handle.read(64 << 20)):
+                        kind, jq = (("a JSON array", ".[]") if line.strip()[:1] == "[" else
+                                    ("a JSON object spread over lines", "."))
+                        raise UsageError(f"{not_jsonl}: it holds {kind}; write each row as one object on its own "
+                                         f"line (e.g. jq -c '{jq}' file.json > file.jsonl).") from None
                     raise UsageError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno}).") from None
+                if first and isinstance(row, list) and row and all(isinstance(r, dict) for r in row):
+                    raise UsageError(f"{not_jsonl}: line {lineno} is a JSON array; write each row as one object on "
+                                     "its own line (e.g. jq -c '.[]' file.json > file.jsonl).")
+                first = False
                 if not isinstance(row, dict):
                     raise UsageError(f"{path}:{lineno}: each line must be a JSON object, not {type(row).__name__}.")
                 yield lineno, row

@@ -288,6 +288,9 @@ def preview_rewards(config, path: Path) -> None:
         if not ("completion" in row or isinstance(row.get("completions"), list)):
             raise UsageError(f"{path}:{lineno}: each row needs 'completion' (a string) or 'completions' (a list).")
         rows.append(row)
+    if not rows:
+        raise UsageError(f"--score-completions {path} has no rows: give a JSONL file with one object per line, each "
+                         "with 'completion' (a string) or 'completions' (a list), and the prompt's columns.")
     # scored against the columns a run maps (GSM8K's final number, an HH transcript's final reply), not the raw text
     data_format, mapped, scored = preview_rows(config, rows)
     reward_set = reward_set_for(config, data_format, [], mapped)

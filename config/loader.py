@@ -98,15 +98,21 @@ RANGES: dict[str, tuple[float | None, bool, float | None, bool]] = {
 class TypeRule:
     """What a TRL field accepts, read from its annotation: JSON kinds ('bool', 'int', 'float', 'str', 'none',
     'list', 'dict', 'any'), exact values (`Literal[...]`, an enum's values, `metadata={"choices": ...}`), and for
-    lists the rule of their items."""
+    lists the rule of their items; `aliases`: (given, meant) pairs TRL's own __post_init__ maps (scale_rewards
+    True -> 'group')."""
 
     kinds: frozenset[str] = frozenset()
     values: tuple = ()
     item: TypeRule | None = None
+    aliases: tuple = ()
 
     def __or__(self, other: TypeRule) -> TypeRule:
         item = self.item | other.item if self.item and other.item else self.item or other.item
-        return TypeRule(self.kinds | other.kinds, self.values + other.values, item)
+        return TypeRule(self.kinds | other.kinds, self.values + other.values, item, self.aliases + other.aliases)
+
+    def unalias(self, value: Any) -> Any:
+        """The value TRL turns `value` into before it uses it (True -> 'group' for scale_rewards), else `value`."""
+        return next((meant for given, meant in self.aliases if type(given) is type(value) and given == value), value)
 
     def describe(self) -> str:
         parts = [f"list[{self.item.describe()}]" if k == "list" and self.item else k
@@ -145,8 +151,75 @@ def trl_field_rules() -> dict[str, TypeRule]:
                 choices = _metadata_choices(item.value)
                 if choices:  # argparse-style choices narrow a `str` to those strings
                     rule = TypeRule(rule.kinds - {"str", "any"}, choices)
-                rules[name] = rule
+                elif "str" in rule.kinds and trl_dispatched_values().get(name):  # so do the trainer's dispatches
+                    rule = TypeRule(rule.kinds - {"str"}, trl_dispatched_values()[name], rule.item)
+                rules[name] = dataclasses.replace(rule, aliases=trl_value_aliases().get(name, ()))
     return rules
+
+
+def _field_compared(test: ast.expr) -> tuple[str, tuple[str, ...]] | None:
+    """`self.loss_type == "grpo"` / `args.scale_rewards in ["group", "none"]` -> ("loss_type", ("grpo",))."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Attribute)
+            and isinstance(test.left.value, ast.Name) and test.left.value.id in ("self", "args")):
+        return None
+    op, right = test.ops[0], test.comparators[0]
+    items = [right] if isinstance(op, ast.Eq) else right.elts if isinstance(op, ast.In) and isinstance(
+        right, ast.List | ast.Tuple | ast.Set) else []
+    if not items or not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in items):
+        return None
+    return test.left.attr, tuple(e.value for e in items)
+
+
+@functools.cache
+def trl_dispatched_values() -> dict[str, tuple[str, ...]]:
+    """The values TRL's GRPOTrainer accepts for settings its config declares as a plain `str` (loss_type,
+    scale_rewards, importance_sampling_level, multi_objective_aggregation, vllm_importance_sampling_mode), read
+    from the trainer's source with `ast`: where it dispatches on a setting in an `if == / elif in ... else: raise`
+    chain, the chain's strings are all it accepts (anything else raises there, after the model has loaded). A
+    setting with several such chains accepts what every chain handles. Empty when TRL is not installed."""
+    path = _module_file("trl.trainer.grpo_trainer")
+    if path is None:
+        return {}
+    tree = _parse(path)
+    elifs = {id(n.orelse[0]) for n in ast.walk(tree)
+             if isinstance(n, ast.If) and len(n.orelse) == 1 and isinstance(n.orelse[0], ast.If)}
+    found: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If) or id(node) in elifs:
+            continue
+        name, values = None, ()
+        while (compared := _field_compared(node.test)) and compared[0] == (name or compared[0]):
+            name, values = compared[0], values + compared[1]
+            if not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):
+                break
+            node = node.orelse[0]
+        else:
+            continue  # a test on something else (or on another setting) ends the chain: not a dispatch
+        if any(isinstance(statement, ast.Raise) for statement in node.orelse):
+            found[name] = tuple(v for v in found.get(name, values) if v in values)
+    return found
+
+
+@functools.cache
+def trl_value_aliases() -> dict[str, tuple]:
+    """Values GRPOConfig.__post_init__ rewrites before the trainer sees them, read from its source:
+    `self.scale_rewards = {True: "group", False: "none"}.get(self.scale_rewards, self.scale_rewards)` (older
+    TRL's bool) -> {"scale_rewards": ((True, "group"), (False, "none"))}."""
+    path = _module_file("trl.trainer.grpo_config")
+    if path is None:
+        return {}
+    aliases: dict[str, tuple] = {}
+    for node in ast.walk(_parse(path)):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute)
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "get" and isinstance(node.value.func.value, ast.Dict)):
+            continue
+        try:
+            mapping = ast.literal_eval(node.value.func.value)
+        except ValueError:
+            continue
+        aliases[node.targets[0].attr] = tuple(mapping.items())
+    return aliases
 
 
 @functools.cache
@@ -375,6 +448,11 @@ def _unique_key_loader():
                 seen.add(key)
             return super().construct_mapping(node, deep)
 
+    # PyYAML reads YAML 1.1, where a float needs a dot: the guides' `learning_rate: 1e-5` would be the string
+    # '1e-5'. YAML 1.2 (and JSON) read it as a number; checked after 1.1's own resolvers, so only such scalars change.
+    UniqueKeyLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+        list("-+.0123456789"))
     return UniqueKeyLoader
 
 
@@ -393,8 +471,9 @@ def _check_value(key: str, value: Any, source: str) -> Any:
     """One of our fields: coerce a JSON value to its type, strictly ("fast" is not a learning rate), then TRL's
     own choices for the fields we hand to GRPOConfig (`optim`, `lr_scheduler_type`) and the known ranges."""
     value = VALUE_ALIASES.get((key, value), value) if isinstance(value, str) else value
-    value = _apply_rule(_schema_rule(key), key, value, source)
     trl_rule = trl_field_rules().get(key) if FIELDS[key].metadata["trl"] else None
+    value = trl_rule.unalias(value) if trl_rule is not None else value  # scale_rewards true -> 'group', as TRL
+    value = _apply_rule(_schema_rule(key), key, value, source)
     if trl_rule is not None and trl_rule.values and not trl_rule.kinds - {"none"}:
         value = _apply_rule(trl_rule, key, value, source)
     _check_range(key, value, source)
@@ -406,7 +485,7 @@ def _check_trl_value(key: str, value: Any, source: str) -> Any:
     catches `num_iterations: "two"` instead of the trainer, minutes later."""
     rule = trl_field_rules().get(key)
     if rule is not None:
-        value = _apply_rule(rule, key, value, source)
+        value = _apply_rule(rule, key, rule.unalias(value), source)
     _check_range(key, value, source)
     return value
 
@@ -628,6 +707,12 @@ def _epochs_or_steps(config: GRPORunConfig) -> None:
                          "decide the run's length: give one of --epochs / --max-steps.")
 
 
+# The largest group accepted: 16x the largest group GRPO recipes use (DeepSeekMath's 64 per question,
+# arXiv:2402.03300 section 4.2). Beyond it the group baseline is no better estimated, but one step's generation
+# call and its accumulated micro-batches grow with every completion.
+MAX_GROUP = 1024
+
+
 def validate(config: GRPORunConfig, world_size: int = 1) -> None:
     """Cross-field checks that would otherwise fail deep inside TRL, after the model has loaded."""
     positive = ("max_seq_length", "lora_r", "lora_alpha", "per_device_train_batch_size", "per_device_eval_batch_size",
@@ -656,6 +741,16 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
             f"'num_generations' (group_size) is {config.num_generations}: GRPO compares completions within a group, "
             "so it needs at least 2."
         )
+    for name, g in (("num_generations", config.num_generations),
+                    ("num_generations_eval", config.trl_args.get("num_generations_eval") or 0)):
+        if g > MAX_GROUP:
+            # TRL samples a step's whole generation batch in one call (GRPOTrainer._prepare_inputs), and the batch
+            # must hold whole groups: a group this size is one prompt's completions, all generated and held at once
+            per_step = config.per_device_train_batch_size * world_size
+            raise UsageError(
+                f"'{name}' is {g}: each step would sample {g} completions of one prompt in one generation call and "
+                f"train on them as {-(-g // per_step)} accumulated micro-batches of {per_step}. GRPO groups are "
+                f"4-64 completions (DeepSeekMath 64, DAPO 16, TRL's default 8): give at most {MAX_GROUP}.")
     if config.load_best_model_at_end and not (config.eval_steps and config.save_steps
                                               and config.save_steps % config.eval_steps == 0):
         raise UsageError(
@@ -839,8 +934,18 @@ def create_default_config(model: str = "llama-3.1-8b", dataset: str = "ultrafeed
 
 
 def resolve_model_name(name: str) -> str:
-    """Check `--model`: a preset, a hub id ("org/name"), or an existing directory."""
-    if name in MODEL_PRESETS or "/" in name and not name.startswith((".", "/", "~")) or Path(name).is_dir():
+    """Check `--model`: a preset, a hub id ("org/name"), or an existing directory holding a model's config.json
+    (what transformers and Unsloth load first; a directory without it fails only after the run has started)."""
+    if Path(name).expanduser().is_dir() and name not in MODEL_PRESETS:
+        folder = Path(name).expanduser()
+        if not (folder / "config.json").is_file():
+            adapter = (folder / "adapter_config.json").is_file()
+            what = ("it holds a LoRA adapter, not a model: give the base model it was trained from as --model "
+                    "(evaluate the adapter with --eval-only --resume-from-checkpoint DIR)" if adapter else "give a Hugging Face model directory (config.json, "
+                    "tokenizer and weights, as save_pretrained writes it), a preset or a hub id")
+            raise UsageError(f"Model directory {name} has no config.json: {what}.")
+        return name
+    if name in MODEL_PRESETS or "/" in name and not name.startswith((".", "/", "~")):
         return name
     if name.startswith((".", "/", "~")):
         raise UsageError(f"Model directory {name} does not exist: check the path, or use a preset or a hub id.")

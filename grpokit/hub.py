@@ -94,12 +94,15 @@ def hub_reachable(timeout: float = 2.0) -> bool:
 
 
 def require_hub(what: str, timeout: float = 2.0) -> None:
-    """Raise a one-line UsageError when `what` (e.g. "model 'Qwen/Qwen2.5-7B'") would need the unreachable hub."""
+    """Raise a one-line UsageError when `what` (e.g. "model 'Qwen/Qwen2.5-7B'", "dataset 'openai/gsm8k'") would
+    need the unreachable hub; the fix offered is the one for a model or for a dataset."""
+    fix = ("a local copy with --dataset-path (a directory or data files), or your own --custom-data JSONL"
+           if what.startswith("dataset") else
+           "a local model directory (--model DIR, as save_pretrained writes it), or the embedded 'smollm2-135m'")
     variable = offline_variable()
     if variable:
         raise UsageError(
-            f"{variable} is set, so {what} cannot be downloaded from the Hugging Face hub: unset it, or use a "
-            "local directory / --dataset-path, or the embedded 'smollm2-135m'.")
+            f"{variable} is set, so {what} cannot be downloaded from the Hugging Face hub: unset it, or use {fix}.")
     if hub_reachable(timeout):
         return
     endpoint = hub_endpoint()
@@ -107,8 +110,7 @@ def require_hub(what: str, timeout: float = 2.0) -> None:
     via = f" via proxy {proxy}" if proxy else ""
     raise UsageError(
         f"Cannot reach the Hugging Face hub ({urllib.parse.urlsplit(endpoint).hostname or host}{via}, {timeout:g} s) "
-        f"to download {what}: you are offline or behind a proxy. Use a local directory / --dataset-path, or the "
-        "embedded 'smollm2-135m'.")
+        f"to download {what}: you are offline or behind a proxy. Use {fix}.")
 
 
 def use_local_cache_only() -> None:

@@ -236,9 +236,14 @@ def precision(config, machine: Machine) -> tuple[str, str, str]:
     is_torch_bf16_gpu_available, and every matmul would then run emulated)."""
     trl_args = config.trl_args
     if not machine.cuda:
+        # fp16 autocast is CUDA's (transformers' Trainer on a CPU autocasts in bf16 or not at all): fp16=true there
+        # would train exactly as without it, so it is refused rather than ignored
+        refusal = (f"fp16=true: fp16 mixed precision needs a CUDA GPU; on this CPU the run computes in "
+                   f"{'bf16 (its bf16 units)' if machine.bf16 else 'float32 (no bf16 units)'}: drop fp16=true."
+                   if trl_args.get("fp16") else "")
         if machine.bf16:
-            return "bfloat16", "trl default (bf16 autocast with use_cpu)", ""
-        return "float32", "no", ""
+            return "bfloat16", "trl default (bf16 autocast with use_cpu)", refusal
+        return "float32", "no", refusal
     if trl_args.get("bf16") and not machine.bf16:
         return "float16", "bf16", (f"bf16 was asked for (bf16=true) but the {machine.gpu_name or 'GPU'} has no native "
                                    "bf16: drop bf16=true (the run then trains in fp16).")

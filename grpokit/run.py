@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from config.errors import UsageError
-from config.loader import normalise_layer, trl_kwargs, validate
+from config.loader import normalise_layer, resolve_model_name, trl_kwargs, validate
 from config.schema import GRPORunConfig
 from grpokit.objective import pinned
 from grpokit.run_dir import (
@@ -175,9 +175,10 @@ class GRPOTrainer:
         from grpokit.load_plan import detect_machine
 
         config = self.config
+        resolve_model_name(config.model_name)  # a directory without config.json fails only once the run has begun
         check_output_dir(config.output_dir)
         if config.generation_log_dir:
-            check_output_dir(config.generation_log_dir)
+            check_output_dir(config.generation_log_dir, "--generation-log-dir", "Generation log directory")
         if config.wandb_project:
             check_wandb()
         machine = detect_machine()  # no torch import on a machine without a GPU driver
@@ -742,15 +743,21 @@ class GRPOTrainer:
 # ---- pieces the class uses ---------------------------------------------------------------------------------------
 
 
-def check_output_dir(path: str) -> Path:
-    """Refuse an output directory we could not write, before anything is loaded or written."""
+def check_output_dir(path: str, option: str = "--output-dir", what: str = "Output directory") -> Path:
+    """Refuse an output directory we could not write, before anything is loaded or written; `option`: the flag
+    that named it, which the line tells the user to change."""
+    if not str(path).strip():
+        # Path("") is the working directory: the lock, the log and the checkpoints would land there
+        raise UsageError(f"{option} is empty: give a directory, e.g. {option} grpo_outputs/my_run.")
     out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{what} {out} is a file, not a directory: choose another {option}.")
     probe = out
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise UsageError(f"Output directory {out} is not writable ({probe} is not a writable directory): "
-                         "choose another --output-dir.")
+        raise UsageError(f"{what} {out} is not writable ({probe} is not a writable directory): "
+                         f"choose another {option}.")
     # os.access says yes to root everywhere, also on /proc, /sys or a read-only mount: only making a directory there
     # tells (it is removed at once)
     import tempfile
@@ -758,8 +765,8 @@ def check_output_dir(path: str) -> Path:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".grpo-write-check-", dir=probe))
     except OSError as err:
-        raise UsageError(f"Output directory {out} is not writable (making a directory in {probe} fails: "
-                         f"{err.strerror or err}): choose another --output-dir.") from None
+        raise UsageError(f"{what} {out} is not writable (making a directory in {probe} fails: "
+                         f"{err.strerror or err}): choose another {option}.") from None
     return out
 
 

@@ -193,3 +193,13 @@ def test_command_line_errors_are_one_line_exit_2(args, message):
                             timeout=120)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(message), result.stderr
+
+
+def test_score_completions_on_an_empty_file(cli, tmp_path):
+    path = tmp_path / "scored.jsonl"
+    path.write_text("\n")
+    code, out, err = cli("--score-completions", str(path))
+    assert code == 2 and not out.strip()
+    assert err.strip().splitlines() == [f"error: --score-completions {path} has no rows: give a JSONL file with one "
+                                        "object per line, each with 'completion' (a string) or 'completions' (a "
+                                        "list), and the prompt's columns."]

@@ -361,6 +361,22 @@ def test_yaml_config_with_the_guides_names(tmp_path):
     assert config_to_dict(again) == data
 
 
+def test_guide_style_yaml_numbers_without_a_dot_are_numbers(cli, tmp_path):
+    """PyYAML reads YAML 1.1, where `1e-5` (no dot) is the string '1e-5'; the guides write YAML 1.2 (and JSON) floats.
+    Through the real CLI: the file loads, and --dry-run states the float."""
+    path = tmp_path / "guide.yaml"
+    path.write_text("model: smollm2-135m\ndataset: arithmetic\nlearning_rate: 1e-5\nweight_decay: 1E-2\ngroup_size: 4\n"
+                    "max_grad_norm: .5e1\nrun_name: '1e-5'\n", encoding="utf-8")
+    code, out, err = cli("--config", str(path), "--dry-run", "--output-dir", str(tmp_path / "out"))
+    assert code == 0, err
+    config = json.loads(out)["config"]
+    assert config["learning_rate"] == 1e-5 and config["weight_decay"] == 0.01 and config["max_grad_norm"] == 5.0
+    assert config["run_name"] == "1e-5"  # quoted: still text
+    import yaml
+
+    assert yaml.safe_load("a: 1e-5") == {"a": "1e-5"}  # PyYAML's own loader is left as it is
+
+
 @pytest.mark.parametrize("text, message", [
     ("group_size: [8\n", "is not valid YAML at line 2"),
     ("- 1\n- 2\n", "must hold a YAML mapping"),

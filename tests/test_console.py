@@ -353,7 +353,15 @@ def test_require_hub_message_names_host_timeout_and_fixes(fresh_hub):
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("Cannot reach the Hugging Face hub (127.0.0.1, 2 s) to download dataset 'openai/gsm8k'")
-    assert "--dataset-path" in message and "'smollm2-135m'" in message
+    assert "--dataset-path" in message and "--custom-data" in message
+
+
+def test_an_offline_model_is_offered_a_model_fix_not_a_dataset_one(fresh_hub):
+    fresh_hub.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError) as err:
+        hub.require_hub("model 'Qwen/Qwen2.5-7B' (it is not in the local cache)")
+    message = str(err.value)
+    assert "--model DIR" in message and "'smollm2-135m'" in message and "--dataset-path" not in message
 
 
 def test_reachable_endpoint_and_cache(fresh_hub, listening_port):

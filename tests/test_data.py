@@ -267,6 +267,26 @@ def test_bad_custom_files(tmp_path, rows, message):
         load_grpo_dataset(custom_data=_jsonl(tmp_path, rows) if rows else _empty(tmp_path))
 
 
+@pytest.mark.parametrize("name, content, message", [
+    ("rows.jsonl", json.dumps([{"prompt": "a"}, {"prompt": "b"}], indent=2).encode(),
+     "is not JSONL (one JSON object per line): it holds a JSON array; write each row as one object on its own line "
+     "(e.g. jq -c '.[]' file.json > file.jsonl)."),
+    ("rows.jsonl", json.dumps({"prompt": "a"}, indent=2).encode(),
+     "is not JSONL (one JSON object per line): it holds a JSON object spread over lines"),
+    ("rows.jsonl", json.dumps([{"prompt": "a"}]).encode(), "is not JSONL (one JSON object per line): line 1 is a "
+                                                           "JSON array"),
+    ("rows.jsonl", gzip.compress(b'{"prompt": "a"}\n'),
+     "is not JSONL (one JSON object per line): it is gzip-compressed; name it rows.jsonl.gz or gunzip it."),
+])
+def test_a_file_that_is_not_jsonl_says_so(cli, tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, out, err = cli("--custom-data", str(path), "--dry-run", "--output-dir", str(tmp_path / "out"))
+    assert code == 2 and "Traceback" not in err and not out.strip()
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"error: Custom data file {path} {message}")
+
+
 def _empty(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n")

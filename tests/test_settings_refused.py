@@ -96,3 +96,90 @@ def test_an_output_dir_that_cannot_be_made_is_one_line(cli, tmp_path):
     code, _, err = cli("--quick-test", "--dry-run", "--output-dir", "/proc/grpo-out")
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("error: Output directory /proc/grpo-out is not writable")
+
+
+# TRL 1.15 declares these as plain `str` and refuses an unknown value only inside the trainer, after the model has
+# loaded; the valid values are read from TRL's own dispatch (config/loader.py trl_dispatched_values).
+@pytest.mark.parametrize("setting, expected", [
+    ("loss_type=drgrpo", "'loss_type' must be one of 'cispo', 'grpo', 'bnpo', 'dr_grpo', 'dapo', 'luspo', 'sapo', "
+                         "'vespo', not 'drgrpo'. Did you mean 'dr_grpo'?"),
+    ("importance_sampling_level=seq", "'importance_sampling_level' must be one of 'token', 'sequence', not 'seq'. "
+                                      "Did you mean 'sequence'?"),
+    ("scale_rewards=std", "'scale_rewards' must be one of 'group', 'none', 'batch', not 'std'."),
+    ("vllm_importance_sampling_mode=token", "'vllm_importance_sampling_mode' must be one of"),
+    ("multi_objective_aggregation=sum", "'multi_objective_aggregation' must be one of 'sum_then_normalize', "
+                                        "'normalize_then_sum', not 'sum'."),
+])
+def test_trl_settings_with_an_unknown_value(cli, tmp_path, setting, expected):
+    assert expected in refused(cli, tmp_path, "--set", setting)
+
+
+def test_our_loss_type_field_in_a_config_file_is_checked_the_same_way(cli, tmp_path):
+    line = refused(cli, tmp_path, "--config", write(tmp_path / "run.yaml", "loss_type: drgrpo\n"))
+    assert "'loss_type' must be one of" in line and "Did you mean 'dr_grpo'?" in line
+
+
+def test_the_values_come_from_trls_source():
+    from config.loader import trl_dispatched_values, trl_field_rules
+
+    values = trl_dispatched_values()
+    assert {"grpo", "dr_grpo", "dapo", "bnpo"} <= set(values["loss_type"])
+    assert set(values["scale_rewards"]) == {"group", "batch", "none"}
+    assert "vllm_mode" not in values  # compared with 'colocate' only, no else-raise: left to TRL
+    assert trl_field_rules()["vllm_mode"].kinds == {"str"}
+
+
+@pytest.mark.parametrize("value, meant", [("true", "group"), ("false", "none"), ("True", "group"), ("batch", "batch")])
+def test_scale_rewards_as_a_bool_is_read_as_trl_reads_it(cli, tmp_path, value, meant):
+    """TRL 1.15's GRPOConfig.__post_init__ maps older TRL's bool: True -> 'group', False -> 'none'."""
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "out"),
+                         "--set", f"scale_rewards={value}")
+    assert code == 0, err
+    assert json.loads(out)["config"]["scale_rewards"] == meant
+
+
+def test_fp16_on_a_cpu_is_refused(cli, tmp_path, monkeypatch):
+    from grpokit import load_plan
+
+    monkeypatch.setattr(load_plan, "detect_machine", lambda: load_plan.Machine(cuda=False, bf16=False))
+    line = refused(cli, tmp_path, "--set", "fp16=true")
+    assert "fp16 mixed precision needs a CUDA GPU; on this CPU the run computes in float32" in line
+
+
+def test_a_group_no_grpo_recipe_uses(cli, tmp_path):
+    line = refused(cli, tmp_path, "--set", "num_generations=100000")
+    assert "'num_generations' is 100000" in line and "give at most 1024" in line
+    assert "12500 accumulated micro-batches" in line
+
+
+def real_run_refused(cli, tmp_path, monkeypatch, *args):
+    """The real run (no --dry-run) refuses the same line before anything loads or is written."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("--quick-test", *args)
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert not (tmp_path / ".grpo.lock").exists() and not (tmp_path / "grpo_training.log").exists()
+    return err.strip().splitlines()[-1]
+
+
+def test_an_empty_output_dir(cli, tmp_path, monkeypatch):
+    line = refused(cli, tmp_path, "--output-dir=")
+    assert line == "error: --output-dir is empty: give a directory, e.g. --output-dir grpo_outputs/my_run."
+    assert real_run_refused(cli, tmp_path, monkeypatch, "--output-dir=") == line
+
+
+def test_a_model_directory_without_config_json(cli, tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"")
+    line = refused(cli, tmp_path, "--model", str(model))
+    assert line.startswith(f"error: Model directory {model} has no config.json: give a Hugging Face model directory")
+    assert real_run_refused(cli, tmp_path, monkeypatch, "--model", str(model), "--output-dir", "out") == line
+    (model / "adapter_config.json").write_text("{}")
+    assert "it holds a LoRA adapter, not a model" in refused(cli, tmp_path, "--model", str(model))
+
+
+def test_a_generation_log_dir_that_is_a_file(cli, tmp_path):
+    log_file = write(tmp_path / "logs.txt", "")
+    line = refused(cli, tmp_path, "--generation-log-dir", log_file)
+    assert line == (f"error: Generation log directory {log_file} is a file, not a directory: choose another "
+                    "--generation-log-dir.")
