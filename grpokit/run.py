@@ -154,10 +154,11 @@ class GRPOTrainer:
                     f"{default} or data with the columns they need.")
         check_columns(reward_set, columns, report.source)
         _check_reward_metrics(config, reward_set, columns, report.source)
-        from rewards.code import check_isolation
+        from rewards.code import check_isolation, check_layouts
 
         # model-written code where the sandbox has no namespaces: refused unless allow_unsandboxed_code (CLI, API)
         check_isolation(config, reward_set, columns, report.source)
+        check_layouts(reward_set, rows, report.source)  # tests the code reward cannot run: refused at row 1
         from grpokit.mixed_loss import check_reference
 
         # sft_loss_weight: data without a reference reply is refused here, before any model loads (CLI and API)

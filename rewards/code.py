@@ -5,10 +5,16 @@ The tests, from the row's columns (the first present wins):
   * `test_list` (MBPP): a list of assert strings, with `test_setup_code` / `test_imports` run before them;
   * `test` + `entry_point` (HumanEval): a `def check(candidate): assert ...` function.
 
-Each snippet is split with `ast` into steps: every top-level statement that is an assert, or holds one (a loop of
-asserts), is one test; other statements (imports, helper assignments) are set-up run before the tests that follow
-them. A HumanEval `check(candidate)` is unrolled the same way with `candidate = <entry_point>`, so partial credit
-counts its assertions one by one. `assert True` placeholders are not counted.
+Each snippet is split with `ast` into steps, run as its framework would run it (docs/code-tasks.md, "Test
+layouts"): every top-level statement that holds a check (an assert, a raise-style `if ...: raise`, a call of the
+tests' own checking helper, a library's assert, `pytest.raises`) is one test; a `def` or `class` is set-up (defining
+a function checks nothing), and each pytest test function (parametrize cases expanded, fixtures of the tests
+provided), test class method or unittest.TestCase method becomes a test that calls it; `if __name__ == "__main__":`
+bodies run in place. A `check(candidate)` is unrolled with `candidate = <entry_point>` (else the function its
+`check(f)` call or the prompt names), so partial credit counts its assertions one by one. `assert True`
+placeholders are not counted. A test passes only when it raised nothing and at least one of its checks ran and held
+(counted on the trusted side); a set-up step that raises fails the row; tests the reward cannot run (a fixture it
+cannot provide, no check at all) are refused (LayoutError, a UsageError) at the first row.
 
 Where the verdict is decided: the completion's code is loaded in a sandboxed process (grpokit/sandbox.py) that only
 answers calls. The tests run here, in the trainer's process, with every function the code defines bound to a
@@ -72,16 +78,232 @@ def extract_code(text: str, entry_point: str = "") -> str:
     return max(candidates, key=len)
 
 
-def _holds_assert(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Assert) for n in ast.walk(node))
-
-
 def _placeholder(node: ast.stmt) -> bool:
     return isinstance(node, ast.Assert) and isinstance(node.test, ast.Constant) and bool(node.test.value)
 
 
-def split_tests(tests: Any, entry_point: str = "", setup: str = "") -> list[tuple[str, str]]:
-    """[(kind, source)]: kind "setup" or "test", in the order they run (see the module docstring)."""
+class LayoutError(UsageError):
+    """Tests the reward cannot run as their framework would (a pytest fixture it cannot provide, a `check(candidate)`
+    whose candidate nobody names, no check at all): refused with one line, never scored."""
+
+
+_COUNTER = "__grpo_checks__"  # the trusted side's count of checks that ran and held (see `_instrument`)
+_BROAD = {"Exception", "BaseException", "AssertionError"}
+_RAISES = {"raises", "assertRaises", "assertRaisesRegex"}
+
+
+def _name_of(node: ast.AST) -> str:
+    """`f` of `f(...)`, `raises` of `pytest.raises(...)`, `parametrize` of `pytest.mark.parametrize`."""
+    node = node.func if isinstance(node, ast.Call) else node
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def _raising_if(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body + node.orelse)
+
+
+def _library_assert(node: ast.AST, helpers: set[str]) -> bool:
+    """`np.testing.assert_allclose(...)`, `self.assertEqual(...)`: a library's check (raises when it fails)."""
+    return isinstance(node, ast.Call) and _name_of(node).startswith("assert") and \
+        not (isinstance(node.func, ast.Name) and node.func.id in helpers)
+
+
+def _holds_check(node: ast.AST, checkers: set[str] = frozenset(), helpers: set[str] = frozenset()) -> bool:
+    """An assert, a raise-style check, `pytest.raises`, a library's assert or a call of the tests' own checking
+    helper, anywhere in `node`."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Assert | ast.Raise) and not _placeholder(n):
+            return True
+        if isinstance(n, ast.Call) and (_name_of(n) in checkers and isinstance(n.func, ast.Name)
+                                        or _name_of(n) in _RAISES or _library_assert(n, helpers)):
+            return True
+    return False
+
+
+class _Count(ast.NodeTransformer):
+    """Each check, once it ran and held, adds 1 to the trusted side's counter: after an assert, a raise-style
+    `if ...: raise`, a `with pytest.raises(...)`, a library's assert call; at the start of a handler of a specific
+    exception (`try: f(-1) except ValueError:`, the exception the test expected)."""
+
+    def __init__(self):
+        self.helpers: set[str] = set()
+
+    def _after(self, node: ast.stmt) -> list[ast.stmt]:
+        inc = ast.parse(f"{_COUNTER}[0] += 1").body[0]
+        return [node, ast.copy_location(inc, node)]
+
+    def visit_Assert(self, node):
+        return self._after(node)
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        return self._after(node) if _raising_if(node) else node
+
+    def visit_With(self, node):
+        self.generic_visit(node)
+        return self._after(node) if any(_name_of(i.context_expr) in _RAISES for i in node.items) else node
+
+    def visit_Expr(self, node):
+        return self._after(node) if _library_assert(node.value, self.helpers) else node
+
+    def visit_ExceptHandler(self, node):
+        self.generic_visit(node)
+        types_ = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type] if node.type else []
+        if types_ and not any(_name_of(t) in _BROAD for t in types_):
+            node.body.insert(0, ast.parse(f"{_COUNTER}[0] += 1").body[0])
+        return node
+
+
+def _instrument(source: str, helpers: set[str] = frozenset()) -> str:
+    """The step's source with its checks counted (`_Count`; `helpers`: the tests' own functions, whose calls are
+    not a library's assert); unparsable source as it is (it fails on its own)."""
+    try:
+        counter = _Count()
+        tree = ast.parse(source)
+        counter.helpers = set(helpers)
+        return ast.unparse(ast.fix_missing_locations(counter.generic_visit(tree)))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source
+
+
+def _helpers(steps: list[tuple[str, str]]) -> set[str]:
+    """The functions the tests define, in any step."""
+    names: set[str] = set()
+    for _, source in steps:
+        try:
+            names |= {n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return names
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare) or len(node.test.ops) != 1 or \
+            not isinstance(node.test.ops[0], ast.Eq):
+        return False
+    sides = [node.test.left, *node.test.comparators]
+    return any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides) and \
+        any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
+
+
+def _runner_call(node: ast.stmt) -> bool:
+    """`unittest.main()` / `pytest.main([...])`: the framework's own runner (its tests are run here instead)."""
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _name_of(node.value) == "main" and \
+        isinstance(node.value.func, ast.Attribute) and _name_of(node.value.func.value) in ("unittest", "pytest")
+
+
+def _decorated(node: ast.AST, name: str) -> list[ast.expr]:
+    return [d for d in getattr(node, "decorator_list", []) if _name_of(d) == name]
+
+
+def _cases(function: ast.FunctionDef) -> list[tuple[list[str], str]]:
+    """`@pytest.mark.parametrize` expanded: [(argument names, source that fills `__grpo_args` for one case)] (one
+    entry, a loop, for argvalues that are not a literal list)."""
+    cases: list[tuple[list[str], str]] = [([], "")]
+    for index, decorator in enumerate(reversed(_decorated(function, "parametrize"))):
+        if not isinstance(decorator, ast.Call) or len(decorator.args) < 2:
+            raise LayoutError(f"test function '{function.name}': a @pytest.mark.parametrize without argnames and "
+                              "argvalues cannot be expanded.")
+        names_node, values = decorator.args[0], decorator.args[1]
+        if isinstance(names_node, ast.Constant) and isinstance(names_node.value, str):
+            names = [n.strip() for n in names_node.value.split(",") if n.strip()]
+        elif isinstance(names_node, ast.List | ast.Tuple) and all(isinstance(e, ast.Constant) for e in names_node.elts):
+            names = [str(e.value) for e in names_node.elts]
+        else:
+            raise LayoutError(f"test function '{function.name}': parametrize argnames must be a string or a list "
+                              "of strings.")
+
+        def fill(value: str, names=names) -> str:
+            if len(names) == 1:
+                return f"__grpo_args[{names[0]!r}] = {value}\n"
+            return f"__grpo_args.update(zip({names!r}, {value}, strict=True))\n"
+
+        if isinstance(values, ast.List | ast.Tuple):
+            ones = []
+            for element in values.elts:
+                if isinstance(element, ast.Call) and _name_of(element) == "param":  # pytest.param(*values, id=...)
+                    element = element.args[0] if len(names) == 1 and element.args else \
+                        ast.Tuple(elts=list(element.args), ctx=ast.Load())
+                ones.append(fill(f"({ast.unparse(element)})"))
+            cases = [(done + names, source + one) for done, source in cases for one in ones]
+        else:  # argvalues computed by the tests: one test that runs every case
+            loop = f"__grpo_case_{index}"
+            cases = [(done + names, source + f"for {loop} in {ast.unparse(values)}:\n    " + fill(loop).replace(
+                "\n", "\n    ").rstrip() + "\n") for done, source in cases]
+    return cases
+
+
+def _fixture_value(name: str, fixtures: dict[str, ast.FunctionDef], needed_by: str, depth: int = 0) -> str:
+    fixture = fixtures.get(name)
+    if fixture is None or depth > 8:
+        raise LayoutError(f"test function '{needed_by}' needs the pytest fixture '{name}', which the code reward "
+                          "cannot provide: define it in the tests (@pytest.fixture) or drop the argument.")
+    args = ", ".join(f"{a}={_fixture_value(a, fixtures, needed_by, depth + 1)}" for a in _required(fixture))
+    call = f"{name}({args})"
+    generator = any(isinstance(n, ast.Yield | ast.YieldFrom) for n in ast.walk(fixture))
+    return f"next({call})" if generator else call
+
+
+def _required(function: ast.FunctionDef, skip: int = 0) -> list[str]:
+    positional = [*function.args.posonlyargs, *function.args.args][skip:]
+    required = positional[:len(positional) - len(function.args.defaults)] if function.args.defaults else positional
+    kwonly = [a for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults, strict=True) if d is None]
+    return [a.arg for a in required + kwonly]
+
+
+def _test_calls(function: ast.FunctionDef, fixtures: dict, call: str, skip: int = 0) -> list[str]:
+    """One step per pytest test (per parametrize case): the function called as pytest calls it."""
+    steps = []
+    for names, fill in _cases(function):
+        extra = ", ".join(f"{a}={_fixture_value(a, fixtures, function.name)}"
+                          for a in _required(function, skip) if a not in names)
+        args = ", ".join(x for x in ("**__grpo_args" if names else "", extra) if x)
+        steps.append(("__grpo_args = {}\n" if names else "") + fill + f"{call}({args})")
+    return steps
+
+
+def _class_tests(node: ast.ClassDef, fixtures: dict) -> list[str]:
+    methods = [m for m in node.body if isinstance(m, ast.FunctionDef) and m.name.startswith("test")]
+    if any(_name_of(base) == "TestCase" for base in node.bases):  # unittest: setUpClass, setUp, test, tearDown
+        return [f"{node.name}.setUpClass()\n__grpo_case = {node.name}({m.name!r})\n__grpo_case.setUp()\n"
+                f"__grpo_case.{m.name}()\n__grpo_case.tearDown()" for m in methods]
+    setup = "__grpo_case.setup_method(None)\n" if any(
+        isinstance(m, ast.FunctionDef) and m.name == "setup_method" for m in node.body) else ""
+    return [f"__grpo_case = {node.name}()\n{setup}" + step
+            for m in methods for step in _test_calls(m, fixtures, f"__grpo_case.{m.name}", skip=1)]
+
+
+def _flatten(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Top-level statements with each `if __name__ == "__main__":` body in place (the tests run as `__main__`)
+    and the frameworks' own runner calls left out."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if _is_main_guard(node):
+            out.extend(_flatten(node.body))
+        elif not _runner_call(node):
+            out.append(node)
+    return out
+
+
+def _candidate_of(body: list[ast.stmt], entry_point: str, prompt: str) -> str:
+    """What `check(candidate)` checks: the entry point, else the tests' own `check(<name>)` call, else the function
+    the prompt defines (its last `def`)."""
+    if entry_point:
+        return entry_point
+    for node in body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _name_of(node.value) == "check" \
+                and (node.value.args or node.value.keywords):
+            return ast.unparse(node.value.args[0] if node.value.args else node.value.keywords[0].value)
+    named = re.findall(r"^\s*(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", prompt or "", re.MULTILINE)
+    if named:
+        return named[-1]
+    raise LayoutError("the tests define check(candidate) but nothing names the candidate: give the row an "
+                      "entry_point, call check(<function>) in the tests, or define the function in the prompt.")
+
+
+def split_tests(tests: Any, entry_point: str = "", setup: str = "", prompt: str = "") -> list[tuple[str, str]]:
+    """[(kind, source)]: kind "setup" or "test", in the order they run (see the module docstring). Raises
+    LayoutError for tests it cannot run as their framework would."""
     snippets = [tests] if isinstance(tests, str) else [t for t in (tests or []) if isinstance(t, str) and t.strip()]
     steps: list[tuple[str, str]] = [("setup", setup)] if setup and setup.strip() else []
     for snippet in snippets:
@@ -90,20 +312,47 @@ def split_tests(tests: Any, entry_point: str = "", setup: str = "") -> list[tupl
         except SyntaxError:
             steps.append(("test", snippet))  # a broken test fails for every completion: no signal, no harm
             continue
+        top = _flatten(module.body)
         body: list[ast.stmt] = []
-        for node in module.body:
-            if isinstance(node, ast.FunctionDef) and node.name == "check" and entry_point:
-                steps.append(("setup", f"candidate = {entry_point}"))
-                body.extend(node.body)
-            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
-                    getattr(node.value.func, "id", "") == "check":
-                continue  # a trailing `check(f)` call: unrolled above
+        for node in top:
+            if isinstance(node, ast.FunctionDef) and node.name == "check" and node.args.args and \
+                    _holds_check(node) and not any(isinstance(n, ast.FunctionDef) and n.name.startswith("test")
+                                                   for n in top):
+                param = node.args.args[0].arg
+                steps.append(("setup", f"{param} = {_candidate_of(top, entry_point, prompt)}"))
+                body.extend(_flatten(node.body))
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _name_of(node.value) == "check" \
+                    and isinstance(node.value.func, ast.Name) and any(
+                        isinstance(n, ast.FunctionDef) and n.name == "check" for n in top):
+                continue  # the `check(f)` call: its body is unrolled above
             else:
                 body.append(node)
+        defined = {n.name: n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        checkers: set[str] = set()
+        while True:  # the tests' own checking helpers (a helper calling one checks too)
+            more = {name for name, f in defined.items() if name not in checkers and _holds_check(f, checkers, set(defined))}
+            if not more:
+                break
+            checkers |= more
+        fixtures = {name: f for name, f in defined.items() if _decorated(f, "fixture")}
+        called = {n.value.func.id for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                  and isinstance(n.value.func, ast.Name)}  # test functions the tests call themselves
         for node in body:
             if _placeholder(node):
                 continue
-            steps.append(("test" if _holds_assert(node) else "setup", ast.unparse(node)))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom):
+                steps.append(("setup", ast.unparse(node)))  # a definition raises nothing: never a test itself
+                if isinstance(node, ast.FunctionDef) and node.name.startswith("test") and \
+                        node.name not in fixtures and node.name not in called:
+                    steps.extend(("test", call) for call in _test_calls(node, fixtures, node.name))
+                elif isinstance(node, ast.ClassDef) and (node.name.startswith("Test") or any(
+                        _name_of(base) == "TestCase" for base in node.bases)):
+                    steps.extend(("test", call) for call in _class_tests(node, fixtures))
+                continue
+            steps.append(("test" if _holds_check(node, checkers, set(defined)) else "setup", ast.unparse(node)))
+    if snippets and not any(kind == "test" for kind, _ in steps):
+        raise LayoutError("the tests hold no check the code reward can run (no assert, raise-style check, test "
+                          "function or check(candidate)): a reward with nothing to check would score any code 1.0.")
     return steps
 
 
@@ -379,6 +628,93 @@ def _free_names(steps: list[tuple[str, str]]) -> list[str]:
     return sorted(loaded - stored)
 
 
+_PYTEST_SHIM = r"""
+import builtins as _builtins, re as _re
+
+
+class Failed(AssertionError):
+    pass
+
+
+def _decorator(*args, **kwargs):
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return lambda function: function
+
+
+class _Mark:
+    def __getattr__(self, name):
+        return _decorator
+
+
+mark = _Mark()
+fixture = _decorator
+
+
+def param(*values, **kwargs):
+    return values
+
+
+def fail(reason="", pytrace=True):
+    raise Failed(reason)
+
+
+def skip(reason="", **kwargs):
+    raise Failed("skipped (a skipped test checked nothing): " + str(reason))
+
+
+class raises:
+    def __init__(self, expected, *args, match=None, **kwargs):
+        self.expected, self.match, self.value = expected, match, None
+        if args:  # pytest.raises(E, f, *args): called now
+            with self:
+                args[0](*args[1:], **kwargs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if kind is None:
+            raise Failed(f"DID NOT RAISE {self.expected!r}")
+        if not issubclass(kind, self.expected):
+            return False
+        if self.match is not None and not _re.search(self.match, str(value)):
+            raise Failed(f"{value!r} does not match {self.match!r}")
+        self.value = value
+        return True
+
+
+class approx:
+    def __init__(self, expected, rel=None, abs=None, nan_ok=False):
+        self.expected, self.rel, self.abs = expected, rel, abs
+
+    def _close(self, actual, expected):
+        if isinstance(expected, dict):
+            return _builtins.type(actual) is dict and actual.keys() == expected.keys() and \
+                all(self._close(actual[k], expected[k]) for k in expected)
+        if isinstance(expected, (list, tuple)):
+            return isinstance(actual, (list, tuple)) and len(actual) == len(expected) and \
+                all(self._close(a, e) for a, e in zip(actual, expected))
+        numbers = (int, float, complex)
+        if isinstance(expected, numbers) and isinstance(actual, numbers) and not isinstance(expected, bool) \
+                and not isinstance(actual, bool):
+            if actual == expected:
+                return True
+            tolerance = max(1e-6 * _builtins.abs(expected) if self.rel is None else self.rel * _builtins.abs(expected),
+                            1e-12 if self.abs is None else self.abs)
+            return _builtins.abs(actual - expected) <= tolerance
+        return actual == expected
+
+    def __eq__(self, actual):
+        return self._close(actual, self.expected)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"approx({self.expected!r})"
+"""
+
+
 def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
     """Where the tests run, in this process: builtins whose `print` writes to the job's log and whose `random`
     import is a private generator (a test's `random.seed` or `randint` leaves the trainer's random state alone)."""
@@ -390,9 +726,14 @@ def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
         private_random.__dict__[name] = getattr(generator, name, value) if not name.startswith("_") else value
     real_import = builtins.__import__
 
+    shim = types.ModuleType("pytest")  # what the tests use of pytest, the same whether pytest is installed or not
+    exec(compile(_PYTEST_SHIM, "pytest_shim.py", "exec"), shim.__dict__)
+
     def _import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 (the import signature)
         if name == "random":
             return private_random
+        if name == "pytest":
+            return shim
         return real_import(name, globals, locals, fromlist, level)
 
     def _print(*args, sep=" ", end="\n", **_):
@@ -446,13 +787,16 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
     results: dict[int, bool] = {}
     unsplit: list[int] = []
     setup_unsplit = False
+    helpers = _helpers(steps)
+    counter = namespace[_COUNTER] = [0]
     for index, (kind, source) in enumerate(steps):
         if setup_unsplit:
             unsplit.append(index)
             continue
         try:
-            exec(compile(source, f"test_{index}", "exec"), namespace)
-            ok = True
+            before = counter[0]
+            exec(compile(_instrument(source, helpers), f"test_{index}", "exec"), namespace)
+            ok = counter[0] > before  # a test passes only when a check of it ran and held
         except Unsplittable:
             unsplit.append(index)
             setup_unsplit = kind == "setup"  # what it set up is not here: the tests after it run there too
@@ -462,8 +806,13 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         except BaseException as err:  # SessionLost, AssertionError, a candidate's exception, a test's SystemExit
             ok = False
             log.append(f"{kind} {index} failed: {type(err).__name__}: {str(err)[:200]}")
+            if kind == "setup":  # the tests' own set-up failed: what they check is not there, the row fails
+                log.append("set-up failed")
+                return {i: False for i, (k, _) in enumerate(steps) if k == "test"}, [], calls[0]
         if kind == "test":
             results[index] = ok
+            if not ok and counter[0] == before and not (log and log[-1].startswith(f"test {index} failed")):
+                log.append(f"test {index} failed: no check of it ran")
     return results, [i for i in unsplit if steps[i][0] == "test"], calls[0]
 
 
@@ -486,6 +835,8 @@ def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: f
         loaded = session.load(code)
         if loaded and loaded.get("loaded"):
             results, unsplit, _ = judge(session, steps, entry, prefix, start + timeout, log)
+            if "set-up failed" in log:
+                status = "set-up failed (the tests' own set-up raised)"
         elif loaded and "load" in loaded:
             log.append(f"loading failed: {loaded['load']}: {loaded.get('message', '')}")
             status = "exited before its tests" if loaded["load"] == "SystemExit" else \
@@ -532,13 +883,20 @@ def _harness(solution, steps, _os=__import__("os"), _sys=__import__("sys"), _exe
     write = _os.write
     namespace = {"__name__": "solution"}
     _exec(_compile(solution, "solution.py", "exec"), namespace)
+    checks = namespace["__grpo_checks__"] = [0]
     for index, (kind, source) in _enumerate(steps):
         try:
+            before = checks[0]
             _exec(_compile(source, "test_" + _str(index), "exec"), namespace)
-            ok = 1
+            ok = 1 if checks[0] > before else 0
         except _base as err:
             ok = 0
             _print(kind, index, "failed:", _type(err).__name__, file=_sys.stderr)
+            if kind == "setup":
+                for other, (other_kind, _) in _enumerate(steps):
+                    if other_kind == "test":
+                        write(fd, (token + " " + _str(other) + " 0\n").encode())
+                return
         if kind == "test":
             write(fd, (token + " " + _str(index) + " " + _str(ok) + "\n").encode())
 
@@ -547,7 +905,10 @@ _harness(__SOLUTION__, __STEPS__)
 
 
 def harness_program(solution: str, steps: list[tuple[str, str]]) -> str:
-    return _HARNESS.replace("__SOLUTION__", repr(solution)).replace("__STEPS__", repr([list(s) for s in steps]))
+    """The program that runs `steps` (their checks counted: `_instrument`) on `solution` in one process."""
+    helpers = _helpers(steps)
+    counted = [[kind, _instrument(source, helpers) if kind != "skip" else source] for kind, source in steps]
+    return _HARNESS.replace("__SOLUTION__", repr(solution)).replace("__STEPS__", repr(counted))
 
 
 def count_passed(channel: str, token: str, steps: list[tuple[str, str]]) -> dict[int, bool]:
@@ -610,6 +971,7 @@ class CodeExecution(RewardComponent):
     def __post_init__(self):
         self.last_details: list[dict[str, Any]] = []
         self.last_metrics: dict[str, float] = {}
+        self._layout_checked = False
 
     def check(self, source: str) -> None:
         super().check(source)
@@ -656,10 +1018,14 @@ class CodeExecution(RewardComponent):
             prompt = _at(prompts, i)
             if not prefix and entry and isinstance(prompt, str) and re.search(rf"def\s+{re.escape(entry)}\s*\(", prompt):
                 prefix = prompt  # a raw HumanEval row (--score-completions): its prompt is the code
-            jobs.append((text, entry, setup, row_tests, prefix))
+            named_by = prefix or (prompt if isinstance(prompt, str) else "")
+            jobs.append((text, entry, setup, row_tests, prefix, named_by))
         if not jobs:
             self.last_details, self.last_metrics = [], {}
             return []
+        if not self._layout_checked:  # tests it cannot run are refused at the first row, in one line
+            self._layout_checked = True
+            check_layout(jobs[0][3], jobs[0][1] or "", jobs[0][2], jobs[0][5], f"the {self.name} reward's first row")
         if not self.sandbox_url:
             self._check_sandbox(f"the {self.name} reward")
         workers = self.workers or min(_cores_for_this_process(), len(jobs))
@@ -676,11 +1042,18 @@ class CodeExecution(RewardComponent):
         values = self.score(texts, **columns)
         return list(zip(values, self.last_details, strict=True))
 
-    def _one(self, text: str, entry: str, setup: str, tests: Any, prefix: str) -> tuple[float | None, dict]:
-        steps = split_tests(tests, entry or "", setup)
-        total = sum(1 for kind, _ in steps if kind == "test")
-        details: dict[str, Any] = {"passed": 0, "total": total, "status": "", "stderr": "", "suspected": [],
+    def _one(self, text: str, entry: str, setup: str, tests: Any, prefix: str,
+             named_by: str = "") -> tuple[float | None, dict]:
+        details: dict[str, Any] = {"passed": 0, "total": 0, "status": "", "stderr": "", "suspected": [],
                                    "unsplit": 0}
+        try:
+            steps = split_tests(tests, entry or "", setup, named_by)
+        except LayoutError as err:  # never scored as passed: the first row's is refused (score, check_layout)
+            return 0.0, {**details, "status": "tests it cannot run", "stderr": str(err)}
+        total = details["total"] = sum(1 for kind, _ in steps if kind == "test")
+        if not entry and prefix:  # no entry point: the function the prompt defines and the tests call is the code's
+            named = re.findall(r"^\s*(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", prefix, re.MULTILINE)
+            entry = named[-1] if named and named[-1] in _free_names(steps) else ""
         if total == 0:
             return None, {**details, "status": "no tests"}
         code = extract_code(text, entry or "")
@@ -761,6 +1134,29 @@ def _local_ranks() -> int:
         return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
         return 1
+
+
+def check_layout(tests: Any, entry: str, setup: str, named_by: str, source: str) -> None:
+    """Tests the reward cannot run as their framework would (`split_tests`' LayoutError), refused in one line."""
+    try:
+        split_tests(tests, entry, setup, named_by)
+    except LayoutError as err:
+        raise UsageError(f"{source}: {err}") from None
+
+
+def check_layouts(reward_set, rows, source: str) -> None:
+    """At data / reward build time: the first rows' tests (up to 16; the data may be shuffled), for a code_execution
+    reward (see `check_layout`)."""
+    if not any(isinstance(c, CodeExecution) for c in reward_set.components):
+        return
+    for i in range(min(16, len(rows))):
+        row = rows[i]
+        tests = next((t for t in (_at([row.get(k)], 0) for k in ("tests", "test_list", "test")) if t), None)
+        setup = "\n".join(x for x in (row.get("test_setup_code"),
+                                      "\n".join(_at([row.get("test_imports")], 0) or [])) if x)
+        prompt = row.get("prompt")
+        named_by = row.get("code_prompt") or (prompt if isinstance(prompt, str) else "")
+        check_layout(tests, row.get("entry_point") or "", setup, named_by, f"{source}, row {i + 1}")
 
 
 CODE_COLUMNS = ("tests", "test_list", "test", "entry_point", "test_setup_code", "test_imports", "code_prompt")
