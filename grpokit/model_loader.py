@@ -341,6 +341,34 @@ def off_checkpoint_mapping(model) -> int:
     return copied
 
 
+def nf4_weights_in_compute_dtype(model) -> int:
+    """Undo round_through_nf4's f16 storage where the llama_cpp engine it was kept for did not start (the run then
+    generates with transformers): each frozen projection holding f16 values the model does not compute in gets them
+    in its compute dtype, as a run planned with the transformers engine holds them. A plain Linear would otherwise
+    meet bf16 activations with an f16 weight outside TRL's autocast (transformers' `generate`: "expected m1 and m2
+    to have the same dtype"); Unsloth's bf16-stored Linear (a CPU without bf16 units) would upcast per matmul in
+    every decode step. bf16 values come back exactly (f16 holds bf16's 8 significant bits down to 2^-16, and NF4
+    values are a block's absmax times codes >= 0.08); float32 ones as f16 rounded them (2^-11 relative). Returns how many weights changed; nothing without NF4-rounded weights."""
+    import torch
+
+    if nf4_rounding(model) is None:
+        return 0
+    compute = model.get_input_embeddings().weight.dtype
+    changed = 0
+    with torch.no_grad():
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if not isinstance(module, torch.nn.Linear) or weight is None or weight.requires_grad \
+                    or weight.dtype != torch.float16 or compute == torch.float16:
+                continue
+            module.weight = torch.nn.Parameter(weight.to(compute), requires_grad=False)
+            if type(module).__name__ == "Bf16StoredLinear" and compute == torch.float32:
+                module.__class__ = torch.nn.Linear  # Unsloth's bf16-stored Linear, now holding float32
+            changed += 1
+    off_checkpoint_mapping(model)  # as round_through_nf4 does without the engine
+    return changed
+
+
 def nf4_rounding(model) -> str | None:
     """The NF4 settings a model's weights were rounded with (round_through_nf4), or None."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

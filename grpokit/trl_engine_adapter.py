@@ -275,6 +275,9 @@ def start_engine(config, choice: tuple[str, str], model, model_dir: str, trl_arg
             raise UsageError(f"the llama_cpp engine could not start ({why}); use --generation-engine transformers."
                              ) from err
         log.warning("Generation engine: transformers (llama_cpp could not start: %s)", why)
+        from grpokit.model_loader import nf4_weights_in_compute_dtype
+
+        nf4_weights_in_compute_dtype(model)  # 4-bit on CPU: the f16 kept for sharing with the engine goes
         return None, ("transformers", "llama_cpp could not start")  # later trainers of the run do not retry
     # file only: the run header shows the engine line on the console
     log.info("Generation engine: llama_cpp, %d threads, sampling %s from %s (%s)", threads, engine.weights,

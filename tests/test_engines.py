@@ -903,3 +903,61 @@ def test_a_long_prompt_batch_decodes_in_micro_batches_with_the_same_result(peft_
     assert sum(prefill) == nodes and max(prefill) == 16 and len(prefill) >= 3
     assert split == whole
     np.testing.assert_allclose(np.concatenate(split_lps), np.concatenate(whole_lps), atol=0.02)
+
+
+def _byte_tokenizer_llama(path):
+    """A 2-layer random Llama with a byte-level BPE tokenizer built with `tokenizers`: llama.cpp's GGUF converter
+    rejects it ("BPE pre-tokenizer was not recognized"), so the llama_cpp engine cannot start on it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from grpokit.doctor import _byte_tokenizer
+
+    tokenizer = _byte_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("cpu_bf16", ["1", "0"])
+def test_4bit_falls_back_to_transformers_when_llama_cpp_cannot_start(tmp_path, cpu_bf16):
+    """Unsloth 4-bit on a CPU keeps its NF4-rounded projections in f16 for the llama_cpp engine to share; when the
+    engine then cannot start (here llama.cpp's converter refuses the tokenizer) the run generates with transformers,
+    with the weights in the model's compute dtype (it crashed with "BFloat16 != Half" at the first generation). On a
+    CPU computing in bf16 the run is the one planned with the transformers engine, step for step; in float32
+    (UNSLOTH_CPU_BF16=0) the weights went through f16 once, so the same run to f16 rounding."""
+    pytest.importorskip("llama_cpp")
+    model = _byte_tokenizer_llama(tmp_path / "tiny")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
+           "UNSLOTH_CPU_BF16": cpu_bf16, "OMP_NUM_THREADS": "1"}  # one thread: the same sums in both runs
+    base = [sys.executable, "train_grpo.py", "--model", str(model), "--backend", "unsloth", "--dataset", "arithmetic",
+            "--max-samples", "16", "--max-steps", "2", "--seed", "3", "--disable-generation-logging",
+            "--reward", "tests.fixtures.user_rewards:length_on_odd_prompts", "--set", "learning_rate=0.05",
+            "--set", "per_device_train_batch_size=4", "--set", "num_generations=2",
+            "--set", "max_completion_length=8", "--set", "max_eval_samples=0", "--set", "save_steps=0"]
+    runs = {}
+    for engine in ("auto", "transformers") if cpu_bf16 == "1" else ("auto",):
+        out = tmp_path / engine
+        result = subprocess.run([*base, "--output-dir", str(out), "--set", f"generation_engine={engine}"], cwd=ROOT,
+                                env=env, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        runs[engine] = json.loads((out / "trainer_state.json").read_text())["log_history"], result
+    history, result = runs["auto"]
+    assert "llama_cpp could not start" in result.stderr and "BPE pre-tokenizer" in result.stderr
+    assert "engine   transformers (llama_cpp could not start)" in result.stderr
+    steps = [h for h in history if "step_time" in h]
+    assert [h["step"] for h in steps] == [1, 2] and all(h["completions/mean_length"] > 0 for h in steps)
+    assert any(h["reward_std"] > 0 for h in steps)  # a gradient signal: the update below is a real one
+    if cpu_bf16 == "1":
+        # the same samples and rewards, the same loss; the step-2 gradient norm differed by ~2e-4 relative between
+        # the two processes (the projections' weights and a forward/backward on them were bit-identical in one
+        # process when this was written; the cause of that last difference was not tracked down)
+        planned = [h for h in runs["transformers"][0] if "step_time" in h]
+        keys = ("reward", "reward_std", "completions/mean_length", "frac_reward_zero_std")
+        assert [[h[k] for k in keys] for h in steps] == [[h[k] for k in keys] for h in planned]
+        for key in ("loss", "grad_norm"):
+            assert [h[key] for h in steps] == pytest.approx([h[key] for h in planned], rel=1e-3, abs=1e-9)
