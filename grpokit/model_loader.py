@@ -147,24 +147,20 @@ def import_backend(backend: str) -> str:
 def _import_unsloth() -> None:
     """`import unsloth` (it must precede trl / transformers: it patches them). Its CPU banner says only SFTTrainer is
     supported, which is not true of what we run (TRL's GRPOTrainer through its CPU backend, tested here): its stdout
-    lines go to grpo_training.log, not to the console. Warnings and errors (stderr) are left alone."""
-    import contextlib
-    import io
-
-    banner = io.StringIO()
-    with contextlib.redirect_stdout(banner):
+    lines go to grpo_training.log, not to the console. Warnings and errors (stderr) are left alone. Where vLLM is
+    installed, this is where it is first imported (by unsloth), and with it its console log handler (_stdout_to_log)."""
+    with _stdout_to_log("unsloth", logging.DEBUG):
         import unsloth  # noqa: F401
-    for line in banner.getvalue().splitlines():
-        if line.strip():
-            log.debug("unsloth: %s", line.strip())
 
 
 @contextlib.contextmanager
-def _stdout_to_log(source: str):
+def _stdout_to_log(source: str, level: int = logging.INFO):
     """What a library prints to stdout in the block (Unsloth's CPU loader: dtype, threads, bf16-stored weights, one
     100-column line each) goes to grpo_training.log, not the console; warnings and errors (stderr) are left alone.
-    A logging handler created in the block on sys.stdout (vLLM's, started by Unsloth's fast_inference, configures
-    one at import) is handed the real stdout afterwards: its later lines would otherwise go to a buffer nobody reads."""
+    A logging handler created in the block on sys.stdout is handed the real stdout afterwards: its later lines would
+    otherwise go to a buffer nobody reads. vLLM configures one at import (vllm/logger.py: dictConfig of a
+    StreamHandler on ext://sys.stdout), and is imported in such a block: by `import unsloth`, or by Unsloth's
+    fast_inference loader."""
     import io
 
     printed = io.StringIO()
@@ -179,7 +175,7 @@ def _stdout_to_log(source: str):
                 handler.setStream(sys.stdout)
         for line in printed.getvalue().splitlines():
             if line.strip():
-                log.info("%s: %s", source, line.strip(), extra={"file_only": True})
+                log.log(level, "%s: %s", source, line.strip(), extra={"file_only": True})
 
 
 def _patch_trl_for_cpu() -> None:

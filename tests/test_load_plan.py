@@ -762,3 +762,27 @@ def test_a_plan_too_large_names_fixes_that_would_shrink_it():
     # 16-bit 7B (14 GiB of weights on a 15 GiB card) would fit in 4 bits: that is the first fix named
     refusal = plan_load(_config(model_name="qwen2.5-7b", load_in_4bit=False), T4, "transformers").refusal
     assert "lower it with 4-bit weights (drop --no-4bit)" in refusal
+
+
+def test_vllm_configuring_its_console_log_inside_import_unsloth_keeps_the_real_stdout(tmp_path):
+    """Where vLLM is installed, `import unsloth` imports it, inside _import_unsloth's stdout redirect, and vLLM's
+    import dictConfigs a StreamHandler on ext://sys.stdout (tests/fixtures/vllm_style_logging.py, the same mechanism):
+    its later lines (KV cache, CUDA graphs, errors at generation) must reach the real stdout, and Unsloth's banner
+    must not. A stand-in `unsloth` package that imports that module and prints a banner, first on the path."""
+    import os
+    import subprocess
+
+    package = tmp_path / "unsloth"
+    package.mkdir()
+    (package / "__init__.py").write_text("import tests.fixtures.vllm_style_logging\n"
+                                         "print('Unsloth: only SFTTrainer is supported on CPU')\n")
+    script = ("import logging\n"
+              "from grpokit.model_loader import _import_unsloth\n"
+              "_import_unsloth()\n"
+              "logging.getLogger('vllm').info('KV cache: 12 GiB')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "KV cache: 12 GiB" in result.stdout, result.stdout + result.stderr
+    assert "SFTTrainer" not in result.stdout and "Automatically detected" not in result.stdout
