@@ -226,7 +226,11 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
             return self._shared_generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
 
     def _shared_generate_single_turn(self, *args, **kwargs):
-        if not self.share_prompts or self.use_vllm:
+        # Under several processes TRL's own generation: the prompt cache is one more forward call, made only by a rank
+        # whose rows repeat a prompt (generate_with_shared_prompts), and with sharded parameters (ZeRO-3 with
+        # ds3_gather_for_generation=false, FSDP's inner units) every forward is a collective: every rank must make
+        # the same calls (transformers' synced_gpus keeps only generate's own decode steps in step).
+        if not self.share_prompts or self.use_vllm or self.accelerator.num_processes > 1:
             return super()._generate_single_turn(*args, **kwargs)
         model = self.accelerator.unwrap_model(self.model)
         own = vars(model).get("generate")  # Unsloth may have wrapped generate on the instance already

@@ -128,3 +128,15 @@ def test_code_reward_under_two_ranks(tmp_path):
         details = entry["details"]["code_execution"]
         assert entry["rewards"]["code_execution"] == pytest.approx(details["passed"] / details["total"])
     assert sandbox_leftovers() <= before  # each helper process closed its sandboxes, or was swept
+
+
+def test_shared_prompt_generation_makes_the_same_forward_calls_on_every_rank(tmp_path):
+    """The prompt cache of shared-prompt generation is one more forward, made only by a rank whose rows repeat a
+    prompt; with sharded parameters (ZeRO-3 without ds3_gather_for_generation, FSDP) each forward is a collective and
+    the ranks would fall out of step. Under several processes generation is TRL's own: the same calls everywhere."""
+    from conftest import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "tiny")
+    result = _torchrun(str(model), str(tmp_path), timeout=300, script="tests/fixtures/shared_generate_ranks.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "generate_forward_calls.json").read_text()) == [4, 4]  # one per token, no prefill
