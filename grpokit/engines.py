@@ -7,7 +7,9 @@ One small interface (`GenerationEngine`), one module per engine, picked by the c
   that path whenever this engine is chosen; the class exists so benchmarks and tests can call it the same way.
 - `llama_cpp`: llama.cpp on CPU (engine_llama_cpp.py). The base model is exported once to an f16 GGUF; the
   current LoRA adapter is pushed in as a GGUF LoRA before each step's generation. ~8x transformers' tok/s here.
-- `vllm`: GPU only; selecting it means TRL's `use_vllm=True` (Unsloth: `fast_inference=True`), see `vllm_kwargs`.
+- `vllm`: GPU only; selecting it means TRL's `use_vllm=True` (Unsloth: `fast_inference=True`), see
+  load_plan.vllm_settings; TRL's importance-sampling correction stays on (objective.pinned hands TRL's default, True,
+  explicitly: Unsloth's generated GRPOConfig defaults it to False).
 
 The trainer side (how an engine's completions and log-probs reach TRL) is trl_engine_adapter.py.
 Heavy imports (torch, llama_cpp) stay inside functions so importing this module is free.
@@ -130,17 +132,6 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "?"
-
-
-def vllm_kwargs(backend: str) -> dict[str, dict[str, Any]]:
-    """What selecting the vllm engine changes: {'grpo_config': GRPOConfig kwargs, 'unsloth': from_pretrained kwargs}.
-
-    With Unsloth, its in-process vLLM (`fast_inference=True`) serves TRL's generation, which TRL reaches through
-    `use_vllm=True` in colocate mode; with plain transformers TRL starts its own colocated vLLM. Either way TRL's
-    truncated importance-sampling correction for the sampler/trainer mismatch stays on (its default).
-    """
-    grpo = {"use_vllm": True, "vllm_mode": "colocate", "vllm_importance_sampling_correction": True}
-    return {"grpo_config": grpo, "unsloth": {"fast_inference": True} if backend == "unsloth" else {}}
 
 
 @dataclass

@@ -286,7 +286,7 @@ def start_engine(config, choice: tuple[str, str], model, model_dir: str, trl_arg
 
 
 def build_engine(name: str, model, tokenizer, setup: EngineSetup | None = None):
-    """The engine object for `name` ('transformers' or 'llama_cpp'; vLLM is TRL's own, see vllm_kwargs)."""
+    """The engine object for `name` ('transformers' or 'llama_cpp'; vLLM is TRL's own, see load_plan.vllm_settings)."""
     if name == "transformers":
         from grpokit.engine_transformers import TransformersEngine
 

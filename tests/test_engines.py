@@ -14,7 +14,7 @@ import pytest
 from conftest import GSM8K_FILE, ROOT
 
 from config.errors import UsageError
-from grpokit.engines import SamplingParams, choose_engine, vllm_kwargs
+from grpokit.engines import SamplingParams, choose_engine
 from grpokit.sampling import sample_rows, sequence_rngs
 
 
@@ -81,17 +81,24 @@ def test_the_fallback_for_an_unbuilt_engine_fits_the_run_header(monkeypatch):
     assert name == "transformers" and "make llama-cpp" in reason and len(line) <= 80, line
 
 
-def test_vllm_kwargs():
-    unsloth = vllm_kwargs("unsloth")
-    assert unsloth["grpo_config"]["use_vllm"] is True
-    assert unsloth["grpo_config"]["vllm_importance_sampling_correction"] is True
-    assert unsloth["unsloth"] == {"fast_inference": True}
-    plain = vllm_kwargs("transformers")
-    assert plain["grpo_config"]["vllm_mode"] == "colocate" and plain["unsloth"] == {}
-    from trl import GRPOConfig  # every key is a real GRPOConfig field
+def test_vllm_runs_hand_trl_its_importance_sampling_correction_explicitly():
+    """Unsloth's generated GRPOConfig defaults vllm_importance_sampling_correction to False; a run with its in-process
+    vLLM (fast_inference) hands TRL's own declared default (True) explicitly (objective.pinned), with use_vllm in
+    colocate mode (load_plan.vllm_settings), whatever config class then receives it."""
+    from trl import GRPOConfig as TRLConfig
 
-    fields = GRPOConfig.__dataclass_fields__
-    assert all(key in fields for key in plain["grpo_config"])
+    from grpokit.run import GRPOConfig, grpo_config_kwargs
+    from grpokit.trl_engine_adapter import _use_vllm
+
+    assert TRLConfig.__dataclass_fields__["vllm_importance_sampling_correction"].default is True
+    for backend, fields in (("unsloth", {"fast_inference": True}), ("transformers", {"use_vllm": True})):
+        config = GRPOConfig(model_name="smollm2-135m", backend=backend)  # validated where vllm is installed
+        for name, value in fields.items():
+            setattr(config, name, value)
+        _use_vllm(config, backend)
+        kwargs = grpo_config_kwargs(config, False, None)
+        assert kwargs["use_vllm"] is True and kwargs["vllm_mode"] == "colocate"
+        assert kwargs["vllm_importance_sampling_correction"] is True
 
 
 # ---- sampling -------------------------------------------------------------------------------------------------------
