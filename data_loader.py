@@ -284,13 +284,34 @@ CUSTOM_FORMATS = {
              'optional "entry_point", "test_setup_code")',
     "mbpp": '{"text": "...", "test_list": ["assert f(1) == 2", ...], "test_setup_code": "..."} (MBPP rows, as the '
             '`mbpp` dataset maps them; "prompt" + "test_imports" for sanitized MBPP; challenge_test_list is not run)',
+    "io": '{"question": "...", "input_output": "{\\"inputs\\": [...], \\"outputs\\": [...]}"} (standard-input / '
+          'standard-output and call-based problems: APPS / TACO input_output, CodeContests public_tests, '
+          'LiveCodeBench public_test_cases, DeepCoder tests, or inputs + outputs; the prompt in question, problem, '
+          'description, question_content or prompt)',
     "prompt": '{"prompt": "..."} (prompts only; rewards that need references will say so), optionally with a '
               '"completion": the reference reply sft_loss_weight trains on',
 }
 
 
+# Where standard-input / call-based problems keep their statement (APPS, TACO: question; DeepCoder: problem;
+# CodeContests: description; LiveCodeBench: question_content)
+IO_PROMPT_FIELDS = ("question", "problem", "description", "question_content", "prompt", "text")
+
+
+def _io_layout(row: Row) -> bool:
+    """Whether the row holds standard-input / call-based test cases in one of rewards/code_io.py's layouts."""
+    if row.get("io_cases") or set(row) & {"input_output", "public_tests", "public_test_cases"}:
+        return True
+    tests = row.get("tests")
+    if isinstance(tests, str) and tests.lstrip()[:1] in ("[", "{") and '"output' in tests:
+        return True  # DeepCoder's JSON cases in `tests` (our own `tests` are assert code)
+    return isinstance(row.get("inputs"), list) and isinstance(row.get("outputs"), list)
+
+
 def detect_custom_format(row: Row, names: FieldNames) -> str | None:
     keys = set(row)
+    if _io_layout(row) and (names.prompt or any(k in keys for k in IO_PROMPT_FIELDS)):
+        return "io"
     prompt_key = names.prompt or ("prompt" if "prompt" in keys else "question" if "question" in keys else "")
     answer_key = names.answer or "answer"
     chosen_key, rejected_key = names.chosen or "chosen", names.rejected or "rejected"
@@ -401,6 +422,21 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
         text = row[names.prompt or ("text" if "text" in row else prompt_key(row))]
         return format_mbpp({**row, "text": text if isinstance(text, str) else "", "prompt": None})
 
+    def fmt_io(row: Row) -> Mapped:
+        # rows as _io_row left them: the statement as `prompt`, the cases as JSON in `io_cases`
+        from rewards.code_io import call_tests
+
+        prompt = _as_messages(row.get("prompt"))
+        if prompt is None:
+            return None, "empty or malformed prompt"
+        io = json.loads(row["io_cases"])
+        mapped = {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt, "tests": [],
+                  "test_setup_code": "", "entry_point": "", "code_prompt": "", "io_cases": row["io_cases"]}
+        if io["fn_name"]:  # call-based: asserts the split verdict runs, as for any function task
+            mapped["tests"], mapped["test_setup_code"] = call_tests(io["fn_name"], io["cases"])
+            mapped.update(entry_point=io["fn_name"], io_cases="")
+        return mapped, None
+
     def fmt_prompt(row: Row) -> Mapped:
         prompt = _as_messages(row[prompt_key(row)])
         if prompt is None:
@@ -409,7 +445,7 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
                 "reference": _reference(row)}, None
 
     return {"preference": fmt_preference, "messages": fmt_messages, "qa": fmt_qa, "hh": fmt_hh,
-            "tests": fmt_tests, "mbpp": fmt_mbpp, "prompt": fmt_prompt}[fmt]
+            "tests": fmt_tests, "mbpp": fmt_mbpp, "io": fmt_io, "prompt": fmt_prompt}[fmt]
 
 
 def _one_document(text: str) -> bool:
@@ -466,7 +502,32 @@ def iter_jsonl(path: str | Path, what: str = "File"):
 
 # The columns each custom format reads (for the check that every --*-field given is used).
 FORMAT_FIELDS = {"preference": ("prompt", "chosen", "rejected"), "messages": (), "qa": ("prompt", "answer"),
-                 "hh": ("chosen", "rejected"), "tests": ("prompt",), "mbpp": ("prompt",), "prompt": ("prompt",)}
+                 "hh": ("chosen", "rejected"), "tests": ("prompt",), "mbpp": ("prompt",), "io": ("prompt",),
+                 "prompt": ("prompt",)}
+
+
+def _io_row(row: Row, names: FieldNames, where: str) -> Row:
+    """A standard-input / call-based problem as `prompt` (its statement, the starter code, and how to answer) and
+    `io_cases` (JSON, rewards/code_io.py's one form); unreadable cases are one line naming the row."""
+    from rewards.code_io import io_cases
+
+    if row.get("io_cases") and isinstance(row.get("prompt"), str | list):
+        return row  # mapped already (create_grpo_dataloader's rows passed to train())
+    field_name = names.prompt or next((k for k in IO_PROMPT_FIELDS if isinstance(row.get(k), str) and row[k].strip()),
+                                      None)
+    if field_name is None or not isinstance(row.get(field_name), str):
+        raise UsageError(f"{where}: no problem statement (a text in {' / '.join(IO_PROMPT_FIELDS)}, or name it "
+                         "with --prompt-field).")
+    io = io_cases(row, where)
+    text = row[field_name].strip()
+    starter = row.get("starter_code")
+    if isinstance(starter, str) and starter.strip():
+        text += f"\n\nStart from this code:\n```python\n{starter.strip()}\n```"
+    text += (f"\n\nWrite the Python function `{io['fn_name']}`." if io["fn_name"] and not starter else
+             "" if io["fn_name"] else
+             "\n\nWrite a Python program that reads the input from standard input and prints the answer.")
+    ident = next((row[k] for k in ("id", "problem_id", "task_id", "question_id", "name") if row.get(k)), "")
+    return {"id": str(ident), "prompt": text, "io_cases": json.dumps(io)}
 
 
 def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -> None:
@@ -606,6 +667,8 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
         row = _message_texts(row, f"{path}:{lineno}")
         if fmt == "tests":
             row = _tests_as_list(row, f"{path}:{lineno}")
+        if fmt == "io":
+            row = _io_row(row, names, f"{path}:{lineno}")
         if fmt == "qa":
             row = _qa_answers(row, names, f"{path}:{lineno}")
         rows.append(row)
@@ -714,7 +777,7 @@ def dataset_origin(ds) -> str:
 
 # The columns a mapped row may carry besides id and prompt (those no row of a split has are removed).
 REFERENCE_COLUMNS = ("chosen", "rejected", "answer", "answer_aliases", "reference", "tests", "test_setup_code",
-                     "entry_point", "code_prompt")
+                     "entry_point", "code_prompt", "io_cases")
 
 
 def _map_split(ds, formatter: Callable[[Row], Mapped], system_prompt: str, split: str, report: DatasetReport):
@@ -1107,6 +1170,7 @@ def as_grpo_dataset(dataset, config):
     report = DatasetReport(source="the dataset passed to train()", format=fmt, dataset=origin)
     rows = [_message_texts(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)]
     rows = [_tests_as_list(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "tests" else rows
+    rows = [_io_row(r, names, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "io" else rows
     rows = [_qa_answers(r, names, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "qa" else rows
     _uniform_columns(rows, "train(dataset)")
     raw = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "prompt_text"} for r in rows])

@@ -49,6 +49,7 @@ from config.errors import UsageError
 from grpokit.sandbox import SandboxError
 from rewards import code_monitor
 from rewards.base import RewardComponent
+from rewards.code_io import DEFAULT_CASE_SECONDS, outputs_match
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -1008,7 +1009,8 @@ class CodeExecution(RewardComponent):
                              "sandbox_url to an external sandbox service.")
 
     def score(self, texts, prompts=None, tests=None, test_list=None, test=None, entry_point=None,
-              test_setup_code=None, test_imports=None, code_prompt=None, **_):
+              test_setup_code=None, test_imports=None, code_prompt=None, io_cases=None, **_):
+        io_jobs = {i: _io_of(_at(io_cases, i)) for i in range(len(texts))} if io_cases is not None else {}
         jobs = []
         for i, text in enumerate(texts):
             entry = _at(entry_point, i)
@@ -1019,11 +1021,11 @@ class CodeExecution(RewardComponent):
             if not prefix and entry and isinstance(prompt, str) and re.search(rf"def\s+{re.escape(entry)}\s*\(", prompt):
                 prefix = prompt  # a raw HumanEval row (--score-completions): its prompt is the code
             named_by = prefix or (prompt if isinstance(prompt, str) else "")
-            jobs.append((text, entry, setup, row_tests, prefix, named_by))
+            jobs.append((text, entry, setup, row_tests, prefix, named_by, io_jobs.get(i)))
         if not jobs:
             self.last_details, self.last_metrics = [], {}
             return []
-        if not self._layout_checked:  # tests it cannot run are refused at the first row, in one line
+        if not self._layout_checked and jobs[0][6] is None:  # tests it cannot run: refused at the first row
             self._layout_checked = True
             check_layout(jobs[0][3], jobs[0][1] or "", jobs[0][2], jobs[0][5], f"the {self.name} reward's first row")
         if not self.sandbox_url:
@@ -1043,9 +1045,11 @@ class CodeExecution(RewardComponent):
         return list(zip(values, self.last_details, strict=True))
 
     def _one(self, text: str, entry: str, setup: str, tests: Any, prefix: str,
-             named_by: str = "") -> tuple[float | None, dict]:
+             named_by: str = "", io: dict | None = None) -> tuple[float | None, dict]:
         details: dict[str, Any] = {"passed": 0, "total": 0, "status": "", "stderr": "", "suspected": [],
                                    "unsplit": 0}
+        if io is not None:
+            return self._one_io(text, io, details)
         try:
             steps = split_tests(tests, entry or "", setup, named_by)
         except LayoutError as err:  # never scored as passed: the first row's is refused (score, check_layout)
@@ -1084,6 +1088,55 @@ class CodeExecution(RewardComponent):
         if self.partial_credit:
             return passed / total, details
         return (1.0 if passed == total else 0.0), details
+
+    def _one_io(self, text: str, io: dict, details: dict[str, Any]) -> tuple[float | None, dict]:
+        """A standard-input / standard-output problem (rewards/code_io.py): the program runs once per case on the
+        case's input, in the sandbox, and only its standard output comes back; this process compares it with the
+        expected output. Each case gets the row's time limit (x2: contest limits are set for C++; else
+        code_io.DEFAULT_CASE_SECONDS), all of them together at most `timeout`: a hostile completion costs the step
+        no more. A case past its limit, and every case after it, fails; a crash (non-zero exit) fails its case."""
+        from grpokit import sandbox
+
+        cases = io["cases"]
+        details["total"] = len(cases)
+        code = extract_code(text, "")
+        if not code.strip():
+            return 0.0, {**details, "status": "no code"}
+        details["suspected"] = code_monitor.scan(code, "")
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+            return 0.0, {**details, "status": "syntax error", "stderr": clean_tail(f"{type(err).__name__}: {err}")}
+        run = sandbox.SandboxFusion(self.sandbox_url).run_python if self.sandbox_url else sandbox.run_python
+        per_case = min(self.timeout, 2 * io["time_limit"] if io.get("time_limit") else DEFAULT_CASE_SECONDS)
+        deadline, passed, status, stderr = time.monotonic() + self.timeout, 0, "", ""
+        for number, case in enumerate(cases, 1):
+            left = deadline - time.monotonic()
+            if left <= 0.05:
+                status = f"time limit (case {number} of {len(cases)} not run)"
+                break
+            limits = sandbox.Limits(timeout=min(per_case, left), memory_mb=self.memory_mb,
+                                    output_bytes=max(64 * 1024, 2 * len(case["output"]) + 1024))
+            try:
+                execution = run(code, limits, case["input"].encode())
+            except SandboxError as err:
+                return None, {**details, "status": "sandbox error", "stderr": clean_tail(str(err))}
+            if execution.timed_out:
+                status = f"time limit on case {number} of {len(cases)}"
+                break
+            ok = execution.returncode == 0 and not execution.truncated and \
+                outputs_match(execution.stdout, case["output"])
+            passed += ok
+            if not ok and not stderr:
+                stderr = execution.stderr or f"case {number}: wrong output"
+        details.update(passed=passed, stderr=clean_tail(stderr))
+        details["status"] = status or ("passed" if passed == len(cases) else "failed")
+        if details["suspected"] and self.zero_suspected:
+            details["status"] += " (hack suspected: scored 0)"
+            return 0.0, details
+        if self.partial_credit:
+            return passed / len(cases), details
+        return (1.0 if passed == len(cases) else 0.0), details
 
     def _local(self, code: str, steps: list[tuple[str, str]], entry: str,
                prefix: str) -> tuple[dict[int, bool], str, str, int]:
@@ -1151,6 +1204,8 @@ def check_layouts(reward_set, rows, source: str) -> None:
         return
     for i in range(min(16, len(rows))):
         row = rows[i]
+        if _io_of(row.get("io_cases")) is not None:
+            continue  # standard-input cases: no test code to lay out
         tests = next((t for t in (_at([row.get(k)], 0) for k in ("tests", "test_list", "test")) if t), None)
         setup = "\n".join(x for x in (row.get("test_setup_code"),
                                       "\n".join(_at([row.get("test_imports")], 0) or [])) if x)
@@ -1159,7 +1214,8 @@ def check_layouts(reward_set, rows, source: str) -> None:
         check_layout(tests, row.get("entry_point") or "", setup, named_by, f"{source}, row {i + 1}")
 
 
-CODE_COLUMNS = ("tests", "test_list", "test", "entry_point", "test_setup_code", "test_imports", "code_prompt")
+CODE_COLUMNS = ("tests", "test_list", "test", "entry_point", "test_setup_code", "test_imports", "code_prompt",
+                "io_cases")
 
 
 def check_isolation(config, reward_set, columns, source: str) -> None:
@@ -1194,6 +1250,16 @@ def passes_all(completions: list, rows: list[dict[str, Any]], timeout: float = 1
     columns = {key: [row.get(key) for row in rows] for key in CODE_COLUMNS if key in rows[0]}
     values = CodeExecution(timeout=timeout, partial_credit=False)(completions=completions, **columns)
     return [value or 0.0 for value in values]
+
+
+def _io_of(value: Any) -> dict | None:
+    """A row's `io_cases` (data_loader maps them from the datasets' layouts, rewards/code_io.py) as a dict, or None
+    for a row without (its `tests` are asserts)."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) and value.get("cases") else None
 
 
 def _at(column: Any, i: int) -> Any:

@@ -23,8 +23,8 @@ def default_reward_preset(data_format: str, rows=None, dataset: str = "") -> str
     `--score-completions` alike: a built-in `dataset`'s own (the rows came from it: `--dataset NAME`, or
     create_grpo_dataloader's rows passed to train()); else from the rows' format: math for exact answers that are
     numbers, qa for question/answer data with text answers (SQuAD / TriviaQA scoring), code for rows with tests
-    (`tests`, MBPP's `test_list`), keyword rewards for prompt-only data (nothing to compare against), balanced for
-    preference data. `rows`: a few of the data's rows (mapped or raw; a datasets.Dataset or a list of dicts), read
+    (`tests`, MBPP's `test_list`, standard-input cases), keyword rewards for prompt-only data (nothing to compare
+    against), balanced for preference data. `rows`: a few of the data's rows (mapped or raw; a datasets.Dataset or a list of dicts), read
     for their `answer`."""
     from data_loader import DATASETS
 
@@ -35,7 +35,8 @@ def default_reward_preset(data_format: str, rows=None, dataset: str = "") -> str
     if data_format == "messages" and rows is not None and not any(
             rows[i].get("chosen") for i in range(min(PROBE_ROWS * 4, len(rows)))):
         return "keywords"  # conversations with no final assistant turn: prompts only
-    return {"prompt": "keywords", "tests": "code", "mbpp": "code", "code": "code"}.get(data_format, "balanced")
+    return {"prompt": "keywords", "tests": "code", "mbpp": "code", "io": "code", "code": "code"}.get(
+        data_format, "balanced")
 
 
 def preview_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:

@@ -1,0 +1,101 @@
+"""Standard-input / standard-output problems scored end to end: the shipped sample set (examples/code_stdio.jsonl,
+every layout of rewards/code_io.py) mapped as a run maps it, then the reward the trainer calls on right, wrong and
+hostile programs, in the real sandbox. The program's output is compared outside the sandbox; the expected output
+never enters it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import ROOT
+
+from config.errors import UsageError
+from data_loader import FieldNames, make_custom_formatter, read_custom_jsonl
+from rewards.code import CodeExecution
+
+SAMPLE = ROOT / "examples" / "code_stdio.jsonl"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    raw, fmt = read_custom_jsonl(SAMPLE)
+    assert fmt == "io"
+    formatter = make_custom_formatter(fmt, FieldNames())
+    mapped = {}
+    for row in raw:
+        out, reason = formatter(row)
+        assert reason is None, (row["id"], reason)
+        mapped[out["id"]] = out
+    return mapped
+
+
+def _score(rows, ident: str, *programs: str, **options) -> list[tuple[float | None, dict]]:
+    row = rows[ident]
+    reward = CodeExecution(**{"timeout": 10.0, **options})
+    columns = {key: [row[key]] * len(programs) for key in ("tests", "test_setup_code", "entry_point", "code_prompt",
+                                                             "io_cases")}
+    return reward.score_with_details([f"```python\n{p}\n```" for p in programs], **columns)
+
+
+def test_every_layout_maps_to_code_data(rows):
+    assert len(rows) == 12
+    stdin = {k for k, r in rows.items() if r["io_cases"]}
+    calls = {k for k, r in rows.items() if r["entry_point"]}
+    assert calls == {"square", "pair-sum", "is-palindrome"} and stdin == set(rows) - calls
+    assert "standard input" in rows["gcd"]["prompt"][0]["content"]
+    assert rows["square"]["tests"][0] == "assert _same_result(square(*[2]), [4])"
+
+
+def test_right_wrong_and_crashing_programs(rows):
+    right = "a, b = map(int, input().split())\nprint(a + b)"
+    wrong = "a, b = map(int, input().split())\nprint(a * b)"  # 1*2=2 != 3, -5*5 != 0, 100*23 != 123
+    crash = "a, b = map(int, input().split())\nprint(a + b)\nraise SystemExit(1)"
+    silent = "pass"
+    values = [v for v, _ in _score(rows, "sum-two", right, wrong, crash, silent)]
+    assert values == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_partial_credit_and_float_tolerance(rows):
+    # prints 2.3333333333 (within 1e-6 of 2.333333), 1.5 and 10.0
+    right = "n = int(input())\nxs = list(map(int, input().split()))\nprint(sum(xs) / n)"
+    rounded = "n = int(input())\nxs = list(map(int, input().split()))\nprint(round(sum(xs) / n, 1))"  # 2.3 wrong
+    values = [v for v, _ in _score(rows, "average", right, rounded)]
+    assert values == [1.0, pytest.approx(2 / 3)]
+    assert [v for v, _ in _score(rows, "fizzbuzz-n", "print(1)", partial_credit=False)] == [0.0]
+
+
+def test_call_based_problems_use_the_split_verdict(rows):
+    right = "def pair_sum(nums, target):\n    seen = {}\n    for i, x in enumerate(nums):\n" \
+            "        if target - x in seen:\n            return [seen[target - x], i]\n        seen[x] = i"
+    tuple_answer = right.replace("return [seen[target - x], i]", "return (seen[target - x], i)")
+    always_equal = "class E:\n    def __eq__(self, other):\n        return True\n\n" \
+                   "def pair_sum(nums, target):\n    return E()"
+    values = [v for v, _ in _score(rows, "pair-sum", right, tuple_answer, always_equal)]
+    assert values == [1.0, 1.0, 0.0]  # a tuple is the list APPS expects; an object that equals anything never crosses
+    assert [v for v, _ in _score(rows, "is-palindrome", "def is_palindrome(s):\n    return s == s[::-1]")] == [1.0]
+
+
+def test_a_hostile_program_costs_at_most_its_time_limit(rows):
+    started = time.monotonic()
+    (value, details), = _score(rows, "gcd", "while True:\n    pass", timeout=3.0)
+    elapsed = time.monotonic() - started
+    assert value == 0.0 and details["status"].startswith("time limit on case 1 of 3")
+    assert elapsed < 3.0 + 2.0, elapsed  # 3 cases x 4 s each would be 12 s: the completion's budget is 3 s
+
+
+def test_the_expected_output_never_reaches_the_program(rows):
+    """A program that looks everywhere it could for the answer (its stdin, environment, files, argv) finds only the
+    input, so printing what it found scores nothing."""
+    snoop = ("import os, sys\nseen = sys.stdin.read() + ' '.join(sys.argv) + ' '.join(os.environ.values())\n"
+             "for root, _, files in os.walk('/tmp'):\n    seen += ' '.join(files)\nprint(seen)")
+    (value, _), = _score(rows, "echo-upper", snoop)
+    assert value == 0.0
+
+
+def test_unreadable_cases_are_refused_with_the_row(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"question": "x", "input_output": json.dumps({"inputs": ["1"], "outputs": []})}) + "\n")
+    with pytest.raises(UsageError, match=r"bad.jsonl:1: 'input_output' has 1 inputs and 0 outputs"):
+        read_custom_jsonl(path)
