@@ -394,6 +394,13 @@ def export(
     dtype: Annotated[str, typer.Option(
         "--dtype", help="merged: auto (the base's own), bfloat16, float16 or float32 (keeps a small update "
                         "exactly; twice the size).")] = "auto",
+    base: Annotated[Literal["trained", "16bit"], typer.Option(
+        "--base", help="What the LoRA merges into. trained: the weights the run computed with (a 4-bit run's base "
+                       "rounded through NF4: the model the run evaluated); 16bit: the original 16-bit "
+                       "weights.")] = "trained",
+    measure: Annotated[bool, typer.Option(
+        "--measure/--no-measure", help="Answer the run's held-out prompts with the exported file and compare with "
+                                       "the run's final evaluation (one line, and in the model card).")] = True,
 ):
     """Export a trained adapter: GGUF (llama.cpp, Ollama), a GGUF LoRA, or merged 16-bit weights; optionally to the Hub.
 
@@ -406,7 +413,7 @@ def export(
     setup_console_logging()
     request = ExportRequest(source=source, format=format_, quant=quant, output_dir=output_dir, ollama=ollama,
                             push_to_hub=push_to_hub, private=private, base_model=base_model, dtype=dtype,
-                            command=command_line(sys.argv[1:]))
+                            base=base, measure=measure, command=command_line(sys.argv[1:]))
     try:
         result = export_adapter(request)
     except UsageError as err:
@@ -414,6 +421,8 @@ def export(
         raise typer.Exit(2) from None
     for path in result.files:
         typer.echo(str(path))
+    if result.measurement is not None:  # stderr: stdout lists only the files written
+        typer.echo(result.measurement.line(), err=True)
     if result.url:
         typer.echo(result.url)
 

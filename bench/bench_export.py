@@ -3,11 +3,13 @@
     .venv/bin/python bench/bench_export.py RUN_DIR                       # gguf f16, q8_0, q4_k_m; gguf-lora; merged
     .venv/bin/python bench/bench_export.py RUN_DIR --quant f16 q4_k_m    # only these GGUF types
     .venv/bin/python bench/bench_export.py --quick-test                  # make RUN_DIR first (the quick test)
-    .venv/bin/python bench/bench_export.py RUN_DIR --fidelity            # + each export against the adapter
+    .venv/bin/python bench/bench_export.py RUN_DIR --fidelity            # + each export against the run's eval
 
-`--fidelity`: greedy completions of the run's held-out prompts from each export (the GGUFs in llama-cpp-python's own
-`Llama`, the merged weights in plain transformers) against the adapter in PyTorch (PEFT, float32): identical
-completions, identical answers (first line) and the held-out reward; the merged weights in bfloat16 and float32.
+`--fidelity`: each export measured as `export` measures itself (grpokit/export.py `measure`): greedy completions of
+the run's held-out prompts (the GGUFs in llama-cpp-python's own `Llama`, the merged weights in plain transformers)
+against the run's own final evaluation (its last generation log): identical answers and the held-out reward, for
+both merge bases (`--base trained`, the default, and `--base 16bit`). One merge per base; q8_0 and q4_k_m are
+quantised from its f16 GGUF by the command's own quantiser.
 
 Each format is one real CLI call into a scratch directory (merge + llama.cpp's converter + its quantiser for GGUF),
 timed from outside; a JSON line per format, then a table. Times include Python start-up and the model load.
@@ -46,33 +48,45 @@ def export(run: Path, out: Path, *args: str) -> dict:
 
 
 def fidelity(run: Path, scratch: Path, quants: list[str]) -> None:
-    """The held-out answers of each export against the adapter's (the same comparison tests/test_export.py makes)."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    """Each export's measurement against the run's final evaluation, for both merge bases."""
     sys.path.insert(0, str(ROOT))
     import torch
-    from peft import PeftModel
-    from test_export import held_out_reward, llama_greedy, same, same_answers, torch_greedy
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from grpokit.export import (
+        convert,
+        gguf_greedy,
+        measure,
+        merge,
+        quantise,
+        run_evaluation,
+        run_files,
+        torch_greedy,
+        trained_rounding,
+    )
     from grpokit.model_loader import embedded_model_dir
-    from grpokit.run_dir import generation_log_dir, generation_logs
 
-    held_out = [(e["prompt"], e["reference_answer"]) for e in generation_logs(generation_log_dir(run))[-1][1]]
+    config, summary = run_files(run)
+    evaluation = run_evaluation(run, config, summary)
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
-    tokens = json.loads((run / "run_config.json").read_text())["max_completion_length"]
-    base = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32)
-    reference = torch_greedy(PeftModel.from_pretrained(base, run).eval(), tokenizer, held_out, tokens)
-    answers = {f"gguf {q}": llama_greedy(next((scratch / f"gguf-{q}").glob("*.gguf")), tokenizer, held_out, tokens)
-               for q in quants}
-    for name in ("merged", "merged-f32"):
-        model = AutoModelForCausalLM.from_pretrained(scratch / name, dtype=torch.float32).eval()
-        answers[name] = torch_greedy(model, tokenizer, held_out, tokens)
-    print(f"adapter in PyTorch: held-out reward {held_out_reward(run, held_out, reference):.3f}, "
-          f"{len(held_out)} prompts")
-    for name, got in answers.items():
-        print(json.dumps({"export": name, "same_completions": same(got, reference),
-                          "same_answers": same_answers(got, reference),
-                          "held_out_reward": round(held_out_reward(run, held_out, got), 3)}))
+    for base in ("trained", "16bit"):
+        rounding = trained_rounding(config, summary, base)
+        work = scratch / f"fidelity-{base}"
+        merged = {}
+        for dtype in ("float32", "bfloat16"):
+            merged[dtype], _ = merge(run, embedded_model_dir(), work / f"merged-{dtype}", dtype, measure=False,
+                                     rounding=rounding)
+        f16 = convert(merged["float32"], work / "model.F16.gguf", "f16")
+        files = {q: f16 if q == "f16" else quantise(f16, work / f"model.{q}.gguf", q) for q in quants}
+        answers = {f"gguf {q}": lambda p, n, f=f: gguf_greedy(f, p, n) for q, f in files.items()}
+        for dtype, directory in merged.items():
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+            answers[f"merged {dtype}"] = lambda p, n, m=model: torch_greedy(m, tokenizer, p, n)
+        for name, answer in answers.items():
+            got = measure(evaluation, config, tokenizer, answer)
+            print(json.dumps({"base": base, "export": name, "same_answers": got.same, "prompts": got.prompts,
+                              "held_out_reward": round(got.reward, 3) if got.reward is not None else None,
+                              "run_reward": round(got.run_reward, 3), "line": got.line()}), flush=True)
 
 
 def main() -> None:
@@ -80,7 +94,9 @@ def main() -> None:
     parser.add_argument("run", nargs="?", type=Path, help="a run's output directory (with an adapter)")
     parser.add_argument("--quant", nargs="+", default=["f16", "q8_0", "q4_k_m"])
     parser.add_argument("--quick-test", action="store_true", help="train the quick test first (10 steps)")
-    parser.add_argument("--fidelity", action="store_true", help="compare each export's answers with the adapter's")
+    parser.add_argument("--fidelity", action="store_true",
+                        help="measure each export against the run's final evaluation, for both merge bases")
+    parser.add_argument("--fidelity-only", action="store_true", help="--fidelity without the size / time rows")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-export-") as scratch:
         run = args.run
@@ -88,11 +104,12 @@ def main() -> None:
             run = Path(scratch) / "run"
             subprocess.run([sys.executable, "train_grpo.py", "--quick-test", "--no-wandb", "--output-dir", str(run),
                             "--set", "save_steps=0"], cwd=ROOT, env=ENV, check=True, capture_output=True)
-        rows = [export(run, Path(scratch) / f"gguf-{q}", "--format", "gguf", "--quant", q) for q in args.quant]
-        rows.append(export(run, Path(scratch) / "gguf-lora", "--format", "gguf-lora"))
-        rows.append(export(run, Path(scratch) / "merged", "--format", "merged"))
-        if args.fidelity:
-            rows.append(export(run, Path(scratch) / "merged-f32", "--format", "merged", "--dtype", "float32"))
+        rows = []
+        if not args.fidelity_only:
+            rows = [export(run, Path(scratch) / f"gguf-{q}", "--format", "gguf", "--quant", q) for q in args.quant]
+            rows.append(export(run, Path(scratch) / "gguf-lora", "--format", "gguf-lora"))
+            rows.append(export(run, Path(scratch) / "merged", "--format", "merged"))
+        if args.fidelity or args.fidelity_only:
             fidelity(run, Path(scratch), args.quant)
     for row in rows:
         print(json.dumps(row))

@@ -421,12 +421,20 @@ def __getattr__(name: str):
 
 
 def install_progress(trainer, console=None, interactive: bool | None = None):
-    """Swap transformers' console output on `trainer` for ProgressCallback; returns the callback.
+    """Swap transformers' console output on `trainer` for ProgressCallback; returns the callback."""
+    remove_console_callbacks(trainer)
+    progress_class = globals().get("ProgressCallback") or __getattr__("ProgressCallback")
+    callback = progress_class(console=console, interactive=interactive)
+    trainer.add_callback(callback)
+    return callback
 
-    transformers adds exactly one of three console callbacks in Trainer.__init__ (transformers 5.17,
+
+def remove_console_callbacks(trainer) -> None:
+    """transformers adds exactly one of three console callbacks in Trainer.__init__ (transformers 5.17,
     trainer.py: `PrinterCallback if args.disable_tqdm else DEFAULT_PROGRESS_CALLBACK`): `ProgressCallback` (the
     tqdm bar, which also writes every logs dict with tqdm.write), `NotebookProgressCallback` in Jupyter, or
-    `PrinterCallback` (print(logs)) when disable_tqdm=True. All three are removed, whatever disable_tqdm says."""
+    `PrinterCallback` (print(logs)) when disable_tqdm=True. All three are removed, whatever disable_tqdm says (an
+    --eval-only trainer would otherwise print its whole metrics dict)."""
     from transformers.trainer_callback import PrinterCallback
     from transformers.trainer_callback import ProgressCallback as TqdmProgressCallback
 
@@ -439,10 +447,6 @@ def install_progress(trainer, console=None, interactive: bool | None = None):
         pass
     for callback_class in removable:
         trainer.remove_callback(callback_class)
-    progress_class = globals().get("ProgressCallback") or __getattr__("ProgressCallback")
-    callback = progress_class(console=console, interactive=interactive)
-    trainer.add_callback(callback)
-    return callback
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -499,9 +503,14 @@ def print_summary(summary: dict[str, Any], console=None) -> None:
     for notice in summary.get("notices") or []:
         console.print(f"note: {notice}")
     console.print(f"adapter, tokenizer, trainer state, metrics_summary.json: {summary['output_dir']}")
-    # what people do next: run it in llama.cpp / Ollama (or --format merged, --push-to-hub; see `export --help`)
-    console.print(f"export: python train_grpo.py export {shlex.quote(str(summary['output_dir']))} --quant q4_k_m "
-                  "--ollama")
+    # what people do next: run it in llama.cpp / Ollama (or --format merged, --push-to-hub; see `export --help`);
+    # the command alone on its line where "export: " would take the line past 80 columns (the quick test's does)
+    command = f"python train_grpo.py export {shlex.quote(str(summary['output_dir']))} --quant q4_k_m --ollama"
+    if len(command) <= 80 - len("export: "):
+        console.print(f"export: {command}")
+    else:
+        console.print("export to GGUF + an Ollama Modelfile:")
+        console.print(f"  {command}")
     if summary.get("report"):
         console.print(f"report: {summary['report']}")
     if "generation_log_dir" in summary:
@@ -522,8 +531,15 @@ def print_eval_only(result: dict[str, Any], console=None) -> None:
     for key in sorted(k for k in greedy if k.startswith("pass@")):
         console.print(f"{key} (sampled): {greedy[key]:.3f}")
     if metrics.get("eval_reward") is not None:
-        console.print(f"sampled reward on {what}: {metrics['eval_reward']:.3f}")
-    console.print(f"eval_metrics.json, generation log, report: {result['output_dir']}")
+        # the sampled evaluation in one line, as a run's "eval @ step" line says it (every figure: eval_metrics.json)
+        sampled = _eval_line(result["global_step"], metrics).split(":", 1)[1].strip()
+        console.print(f"sampled, {'held-out' if result.get('held_out') else 'training prompts'}: {sampled}")
+    where = f"eval_metrics.json, generation log, report: {result['output_dir']}"
+    if len(where) <= 80:
+        console.print(where)
+    else:  # the directory alone on its line (eval_only/<adapter>-step_<N> is long)
+        console.print("eval_metrics.json, generation log, report:")
+        console.print(f"  {result['output_dir']}")
 
 
 def _summary_console():

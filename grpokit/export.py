@@ -42,6 +42,10 @@ from config.errors import UsageError
 log = logging.getLogger("grpo")
 
 FORMATS = ("gguf", "gguf-lora", "merged")
+# What the LoRA is merged into. `trained`: the weights the run computed with (for a 4-bit run the 16-bit base rounded
+# through NF4 with the run's settings: the model the run evaluated); `16bit`: the original 16-bit weights (what
+# Unsloth's save_pretrained_merged does; the update then meets weights it was not trained against).
+BASES = ("trained", "16bit")
 # Written by llama.cpp's converter itself; every other type is converted to f16 first, then quantised.
 CONVERTER_TYPES = ("f32", "f16", "bf16")
 # llama-quantize refuses these without an importance matrix (tools/quantize/quantize.cpp), which needs calibration
@@ -71,6 +75,8 @@ class ExportRequest:
     base_model: str | None = None
     command: str = ""  # the command line, for the model card
     dtype: str = "auto"  # merged: the safetensors' dtype (auto = the base's own)
+    base: str = "trained"  # what the LoRA merges into: BASES
+    measure: bool = True  # answer the run's held-out prompts and compare with its final evaluation
 
 
 @dataclass
@@ -89,6 +95,9 @@ class ExportResult:
     update_error: float | None = None  # merged: how far the rounded weights carry the LoRA update (relative error)
     dtype: str = ""  # merged: the dtype written
     url: str | None = None
+    rounding: str | None = None  # the NF4 settings the base was rounded with before the merge (None: 16-bit)
+    measurement: Measurement | None = None
+    measure_note: str = ""  # why there is no measurement
 
 
 def quant_types() -> dict[str, int]:
@@ -386,11 +395,12 @@ def update_error(model, dtypes) -> dict[str, float]:
 
 
 def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | None = None,
-          measure: bool = True) -> tuple[Path, dict[str, float]]:
+          measure: bool = True, rounding: str | None = None) -> tuple[Path, dict[str, float]]:
     """The adapter merged into the base (PEFT's merge_and_unload, plain transformers: no Unsloth patches), saved as
     safetensors + tokenizer in `target` (renamed into place when complete). `dtype_name` None: the base's own dtype.
-    Returns the target and how far weights rounded to each 16-bit dtype (and the saved one) carry the update
-    (`update_error`, by dtype name)."""
+    `rounding`: the NF4 settings of a 4-bit run (trained_rounding): the base is rounded through NF4 as the run's was
+    before the merge (None: the 16-bit weights). Returns the target and how far weights rounded to each 16-bit dtype
+    (and the saved one) carry the update (`update_error`, by dtype name)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -403,6 +413,9 @@ def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | Non
         progress.update("loading")
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=compute)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
+        if rounding is not None:
+            progress.update("rounding the base through NF4")
+            round_base(base, rounding)
         try:
             model = PeftModel.from_pretrained(base, adapter_dir)
         except (RuntimeError, ValueError, KeyError) as err:
@@ -644,6 +657,182 @@ def _default_system_prompt(tokenizer) -> str:
     return ""
 
 
+# ---- the base the LoRA merges into ----------------------------------------------------------------------------------
+
+NF4_SETTINGS = re.compile(r"nf4-b(\d+)-dq([01])(?:-(bf16|f16))?")
+
+
+def trained_rounding(config: dict, summary: dict, base: str) -> str | None:
+    """The NF4 settings `--base trained` rounds the 16-bit base with (None: merge into the 16-bit weights): the run's
+    own record (metrics_summary.json `trained_base`, gguf_export.nf4_settings), else, for a 4-bit run that did not
+    record it, the CPU path's settings on this machine (bf16 where the CPU has bf16 units, as the loader does)."""
+    if base not in BASES:
+        raise UsageError(f"--base {base}: choose one of {', '.join(BASES)}.")
+    recorded = summary.get("trained_base")
+    if base == "16bit" or recorded == "16-bit" or (recorded is None and not config.get("load_in_4bit")):
+        return None
+    if recorded is None:
+        from grpokit.load_plan import cpu_bf16
+        from grpokit.model_loader import NF4_BLOCKSIZE
+
+        recorded = f"nf4-b{NF4_BLOCKSIZE}-dq1" + ("-bf16" if cpu_bf16() else "")
+        log.info("the run did not record its 4-bit settings: merging into the base rounded as this machine's 4-bit "
+                 "path rounds it (%s)", recorded)
+    if not NF4_SETTINGS.fullmatch(recorded):
+        raise UsageError(f"the run's 4-bit weights ({recorded}) are not NF4 with double quantisation: pass --base "
+                         "16bit to merge into the 16-bit weights.")
+    return recorded
+
+
+def describe_base(rounding: str | None) -> str:
+    """The base a merge used, in words (the model card, `export` output)."""
+    if rounding is None:
+        return "the 16-bit base weights"
+    blocks, nested, dtype = NF4_SETTINGS.fullmatch(rounding).groups()
+    return (f"the 16-bit base rounded through NF4 as the 4-bit run computed with it (blocks of {blocks}"
+            f"{', double-quantised' if nested == '1' else ''}, {dtype or 'float32'} values; {rounding})")
+
+
+def round_base(model, rounding: str | None) -> int:
+    """Round `model`'s projections through NF4 with the run's settings (model_loader.round_through_nf4: the same
+    layers, bitsandbytes' quantize_4bit -> dequantize_4bit, to the dtype the run computed in); returns how many."""
+    if rounding is None:
+        return 0
+    import torch
+
+    from grpokit.model_loader import NF4_BLOCKSIZE, round_through_nf4
+
+    blocks, nested, dtype = NF4_SETTINGS.fullmatch(rounding).groups()
+    if int(blocks) != NF4_BLOCKSIZE or nested != "1":
+        raise UsageError(f"the run's 4-bit weights ({rounding}) use settings the export does not repeat: pass "
+                         "--base 16bit.")
+    return round_through_nf4(model, shared_f16=False,
+                             compute={"bf16": torch.bfloat16, "f16": torch.float16}.get(dtype, torch.float32))
+
+
+# ---- the export measures itself -------------------------------------------------------------------------------------
+
+@dataclass
+class Measurement:
+    """The export's greedy answers to the run's held-out prompts against the run's own evaluation at that step."""
+    same: int  # completions identical to the run's (stripped)
+    prompts: int
+    reward: float | None  # the export's mean reward (None: the rewards could not be rebuilt here)
+    run_reward: float
+    step: int
+    final: bool  # the run's final evaluation (else the one at `step`)
+
+    def line(self) -> str:
+        which = "the run's final evaluation" if self.final else f"the run's evaluation at step {self.step}"
+        reward = f"; reward {self.reward:.3f} (run: {self.run_reward:.3f})" if self.reward is not None else ""
+        return f"{self.same}/{self.prompts} answers as {which}{reward}"
+
+
+def prompt_ids(tokenizer, prompt) -> list[int]:
+    """A prompt's token ids as the run's evaluation builds them (its chat template, the generation prompt)."""
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def gguf_greedy(path: Path, prompts: list[list[int]], max_new_tokens: int, lora: Path | None = None) -> list[str]:
+    """Greedy completions from llama-cpp-python's own `Llama` (what llama.cpp / Ollama users run), fed the prompt
+    tokens; the text is llama.cpp's own detokenisation. One thread per free core: llama.cpp's threads wait for each
+    other spinning, and on cores other processes keep busy a step takes many times as long."""
+    from llama_cpp import Llama
+
+    from grpokit.cpu_threads import LoadMeter, threads_for, usable_cores
+
+    meter, (cores, _) = LoadMeter(), usable_cores()
+    time.sleep(LoadMeter.MIN_WINDOW)
+    llm = Llama(model_path=str(path), lora_path=str(lora) if lora else None,
+                n_ctx=max(len(p) for p in prompts) + max_new_tokens + 8,
+                n_threads=threads_for(cores, meter.others(), cores), verbose=False)
+    try:
+        return [llm.create_completion(ids, max_tokens=max_new_tokens, temperature=0.0, top_k=1,
+                                      repeat_penalty=1.0)["choices"][0]["text"].strip() for ids in prompts]
+    finally:
+        llm.close()
+
+
+def torch_greedy(model, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
+    """Greedy completions from a transformers model (plain generate, one prompt at a time: no padding)."""
+    import torch
+
+    answers = []
+    with torch.no_grad():
+        for ids in prompts:
+            tensor = torch.tensor([ids])
+            out = model.generate(input_ids=tensor, attention_mask=torch.ones_like(tensor), do_sample=False,
+                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+            answers.append(tokenizer.decode(out[0, tensor.shape[1]:], skip_special_tokens=True).strip())
+    return answers
+
+
+def same_completions(a: list[str], b: list[str]) -> int:
+    return sum(x.strip() == y.strip() for x, y in zip(a, b, strict=True))
+
+
+def run_evaluation(adapter_dir: Path, config: dict, summary: dict) -> tuple[int, list[dict], bool] | str:
+    """(step, the generation log's entries, whether it is the run's final evaluation) that the adapter in
+    `adapter_dir` should reproduce, or why there is none."""
+    from grpokit.run_dir import TRAINER_STATE, generation_log_dir, generation_logs, read_json
+
+    is_checkpoint = (adapter_dir / TRAINER_STATE).is_file() and not (adapter_dir / "metrics_summary.json").is_file()
+    run_dir = adapter_dir.parent if is_checkpoint else adapter_dir
+    logs = dict(generation_logs(generation_log_dir(run_dir)))
+    if not logs:
+        return "the run left no generation log"
+    final = (summary.get("generation_eval") or {}).get("final_step", max(logs))
+    step = read_json(adapter_dir / TRAINER_STATE).get("global_step") if is_checkpoint else final
+    if step not in logs:
+        return f"the run has no generation log at step {step}"
+    return step, logs[step], step == final
+
+
+def score_completions(config: dict, entries: list[dict], completions: list[str], tokenizer) -> float | None:
+    """The mean reward of `completions` on the logged prompts: a completion the run also gave keeps the run's own
+    score; the others are scored by the run's reward set, rebuilt from run_config.json with the reference columns
+    the log keeps. None when that cannot be done (the rewards' own names differ from the log's, or a reward needs a
+    column the log does not keep, such as a code task's tests)."""
+    totals = [e["reward_total"] for e in entries]
+    changed = [i for i, (e, c) in enumerate(zip(entries, completions, strict=True))
+               if e["generated"].strip() != c.strip()]
+    if not changed:
+        return sum(totals) / len(totals)
+    try:
+        from rewards import WeightedSum, load_reward_config, parse_reward_config, weighted_total
+
+        data, source = load_reward_config(config.get("reward_config_name") or "", config.get("reward_config") or "")
+        reward_set = parse_reward_config(data, source, config.get("custom_rewards") or [],
+                                         config.get("max_completion_length") or 0)
+        if {c.name for c in reward_set.components} != set(entries[0].get("rewards") or {}):
+            return None
+        rows = [entries[i] for i in changed]
+        columns = {key.removeprefix("reference_"): [row.get(key) for row in rows] for key in rows[0]
+                   if key.startswith("reference_")}
+        texts = [completions[i] for i in changed]
+        per = WeightedSum(reward_set).components(
+            prompts=[row["prompt"] for row in rows], completions=[[{"role": "assistant", "content": t}] for t in texts],
+            completion_ids=[tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], **columns)
+        for i, total in zip(changed, weighted_total(per, reward_set.weights), strict=True):
+            totals[i] = total
+    except Exception as err:  # noqa: BLE001 - a reward that needs what the log does not keep: answers only
+        log.debug("the export's answers cannot be scored here: %s", err)
+        return None
+    return sum(totals) / len(totals)
+
+
+def measure(evaluation: tuple[int, list[dict], bool], config: dict, tokenizer, answer) -> Measurement:
+    """`answer(prompt ids, max new tokens) -> completions` on the logged prompts, against the logged completions."""
+    step, entries, final = evaluation
+    max_new_tokens = config.get("generation_max_new_tokens") or config.get("max_completion_length") or 256
+    with ProgressLine(f"answering the run's {len(entries)} held-out prompts"):
+        completions = answer([prompt_ids(tokenizer, e["prompt"]) for e in entries], max_new_tokens)
+    run_reward = sum(e["reward_total"] for e in entries) / len(entries)
+    return Measurement(same_completions(completions, [e["generated"] for e in entries]), len(entries),
+                       score_completions(config, entries, completions, tokenizer), run_reward, step, final)
+
+
 # ---- the model card -------------------------------------------------------------------------------------------------
 
 def model_card(request: ExportRequest, base: BaseModel, config: dict, summary: dict, files: list[str],
@@ -690,6 +879,16 @@ def model_card(request: ExportRequest, base: BaseModel, config: dict, summary: d
     sampled = (summary.get("eval") or {}).get("eval_reward")
     if sampled is not None:
         body += [f"Sampled reward on the held-out split after training: {sampled:.3f}.", ""]
+    if result is not None:
+        base_words = describe_base(result.rounding)
+        held_out = "held-out" if greedy.get("held_out", True) else "training"
+        measured = (f"{result.measurement.line()} ({held_out} prompts, greedy, this file)" if result.measurement
+                    else f"not measured ({result.measure_note})")
+        body += ["## This file", "", "| | |", "|---|---|", f"| format | {what} |",
+                 *([f"| quantisation | {request.quant} |"] if fmt != "merged" else []),
+                 (f"| base | {base_words} (the GGUF beside it, for --ollama) |" if fmt == "gguf-lora" else
+                  f"| merged into | {base_words} |"),
+                 f"| measured | {measured} |", ""]
     if result is not None and result.update_error is not None:
         body += [f"The {result.dtype} weights carry the trained LoRA update with a relative error of "
                  f"{result.update_error:.1%} (||round(W + BA) - W - BA|| / ||BA||, over the LoRA layers).", ""]
@@ -734,6 +933,7 @@ def export_adapter(request: ExportRequest) -> ExportResult:
         raise UsageError("--ollama needs a GGUF: use --format gguf (or gguf-lora).")
     request.quant = quant
     config, summary = run_files(adapter_dir)
+    rounding = trained_rounding(config, summary, request.base)
     base = resolve_base(adapter_dir, config, request.base_model)
     if request.push_to_hub:
         check_hub_upload(request.push_to_hub)
@@ -741,13 +941,14 @@ def export_adapter(request: ExportRequest) -> ExportResult:
         adapter_dir, request.format, quant)
     _check_space(request, base, out)
 
-    result = ExportResult(out)
+    result = ExportResult(out, rounding=rounding)
     if base.local_dir is None:
         base.local_dir = _download(base)
     stem = model_stem(base)
     try:
         if request.format == "merged":
-            _, errors = merge(adapter_dir, base.local_dir, out, None if request.dtype == "auto" else request.dtype)
+            _, errors = merge(adapter_dir, base.local_dir, out, None if request.dtype == "auto" else request.dtype,
+                              rounding=rounding)
             result.dtype = str(_checkpoint_dtype(out)).removeprefix("torch.")
             result.update_error = errors.get(result.dtype, 0.0)
             result.files.append(out)
@@ -759,15 +960,16 @@ def export_adapter(request: ExportRequest) -> ExportResult:
                             "as the adapter does", result.dtype, 100 * result.update_error, others)
         elif request.format == "gguf":
             result.files.append(_merged_gguf(adapter_dir, base.local_dir, out / f"{stem}.{quant.upper()}.gguf",
-                                             quant))
+                                             quant, rounding))
         else:
             result.files.append(_lora_gguf(adapter_dir, base.local_dir, out / f"{stem}.lora.gguf"))
             if request.ollama:  # Ollama's ADAPTER needs its base beside it
                 result.files.append(_base_gguf(base.local_dir, out / f"{model_stem(base)[:-5]}.{quant.upper()}.gguf",
-                                               quant))
+                                               quant, rounding))
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(base.local_dir)
+        _measure(request, adapter_dir, config, summary, tokenizer, result)
         if request.ollama:
             gguf_files = [f.name for f in result.files if f.suffix == ".gguf"]
             lora = next((f for f in gguf_files if f.endswith(".lora.gguf")), None)
@@ -794,6 +996,30 @@ def export_adapter(request: ExportRequest) -> ExportResult:
     if request.push_to_hub:
         result.url = upload(out, request.push_to_hub, request.private, result)
     return result
+
+
+def _measure(request: ExportRequest, adapter_dir: Path, config: dict, summary: dict, tokenizer,
+             result: ExportResult) -> None:
+    """The written files answer the run's held-out prompts; result.measurement, or result.measure_note saying why
+    not."""
+    evaluation = run_evaluation(adapter_dir, config, summary) if request.measure else "--no-measure"
+    ggufs = [f for f in result.files if f.suffix == ".gguf"]
+    lora = next((f for f in ggufs if f.name.endswith(".lora.gguf")), None)
+    model = next((f for f in ggufs if f != lora), None)
+    if isinstance(evaluation, str):
+        result.measure_note = evaluation
+    elif request.format == "merged":
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        merged = AutoModelForCausalLM.from_pretrained(result.output_dir, dtype=torch.float32).eval()
+        result.measurement = measure(evaluation, config, tokenizer,
+                                     lambda prompts, n: torch_greedy(merged, tokenizer, prompts, n))
+    elif model is None:
+        result.measure_note = "a GGUF LoRA runs on a base GGUF: --ollama writes one beside it"
+    else:
+        result.measurement = measure(evaluation, config, tokenizer,
+                                     lambda prompts, n: gguf_greedy(model, prompts, n, lora=lora))
 
 
 def _check_space(request: ExportRequest, base: BaseModel, out: Path) -> None:
@@ -826,23 +1052,27 @@ def _download(base: BaseModel) -> Path:
     return path
 
 
-def _merged_gguf(adapter_dir: Path, base_dir: Path, target: Path, quant: str) -> Path:
+def _merged_gguf(adapter_dir: Path, base_dir: Path, target: Path, quant: str, rounding: str | None) -> Path:
     """Merge into a scratch directory beside the target, convert, quantise; the scratch goes either way."""
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".merge-"))
     try:
         dtype = "float32" if _checkpoint_bytes(base_dir) <= FLOAT32_MERGE_MAX_BYTES else None
-        merged, _ = merge(adapter_dir, base_dir, scratch / "merged", dtype, measure=False)
+        merged, _ = merge(adapter_dir, base_dir, scratch / "merged", dtype, measure=False, rounding=rounding)
         return _to_gguf(merged, target, quant, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _base_gguf(base_dir: Path, target: Path, quant: str) -> Path:
+def _base_gguf(base_dir: Path, target: Path, quant: str, rounding: str | None) -> Path:
     """The base alone (for Ollama's FROM beside an ADAPTER): its files linked into a scratch directory, so its
-    tokenizer can be made plain for llama.cpp without touching the original."""
+    tokenizer can be made plain for llama.cpp without touching the original; for a 4-bit run's `rounding`, the base
+    rounded through NF4 as the run's was (in float32, written to the scratch)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".base-"))
     try:
+        if rounding is not None:
+            return _to_gguf(_rounded_base(base_dir, scratch / "model", rounding), target, quant, scratch)
         linked = scratch / "model"
         linked.mkdir()
         for item in base_dir.iterdir():
@@ -854,6 +1084,19 @@ def _base_gguf(base_dir: Path, target: Path, quant: str) -> Path:
         return _to_gguf(linked, target, quant, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _rounded_base(base_dir: Path, target: Path, rounding: str) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with ProgressLine(f"rounding {base_dir.name} through NF4"):
+        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        round_base(model, rounding)
+        model.save_pretrained(target, safe_serialization=True)
+        AutoTokenizer.from_pretrained(base_dir).save_pretrained(target)
+        byte_level_tokenizer(target)
+    return target
 
 
 def _to_gguf(model_dir: Path, target: Path, quant: str, scratch: Path) -> Path:

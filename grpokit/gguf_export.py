@@ -132,6 +132,23 @@ def _convert(model_dir: Path, target: Path) -> Path:
     return target
 
 
+def nf4_settings(model) -> str | None:
+    """How the weights a 4-bit model computes with were made from its 16-bit checkpoint, as one name (None for a
+    16-bit model): bitsandbytes' quant type, block size, double quantisation and the dtype the values are rounded to
+    ("nf4-b64-dq1-bf16"; no suffix: float32). The run records it in metrics_summary.json (`trained_base`), and
+    `export --base trained` makes the same weights from the 16-bit base."""
+    import torch
+
+    from grpokit.model_loader import nf4_rounding
+
+    quantized = quantized_weights(model)
+    if not quantized:
+        return nf4_rounding(model)
+    state = next(iter(quantized.values())).quant_state
+    return f"{state.quant_type}-b{state.blocksize}-dq{int(state.nested)}" + \
+        {torch.bfloat16: "-bf16", torch.float16: "-f16"}.get(state.dtype, "")  # dequantised to it: rounded there
+
+
 def quantized_weights(model) -> dict:
     """{parameter name: bitsandbytes 4-bit parameter} of the model's base (empty for an unquantised model)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -153,16 +170,9 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
     from bitsandbytes.functional import dequantize_4bit
     from safetensors.torch import save_file
 
-    from grpokit.model_loader import nf4_rounding
-
     model_dir = check_model_dir(model_dir)
     quantized = quantized_weights(model)
-    if quantized:
-        state = next(iter(quantized.values())).quant_state
-        settings = f"{state.quant_type}-b{state.blocksize}-dq{int(state.nested)}" + \
-            ("-bf16" if state.dtype == torch.bfloat16 else "")  # dequantised to bf16: rounded there first
-    else:
-        settings = nf4_rounding(model)
+    settings = nf4_settings(model)
     target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}-{settings}.f16.gguf"
     if target.exists():
         return target

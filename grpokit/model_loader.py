@@ -264,7 +264,7 @@ def _prequantized(path: str) -> bool:
     return re.search(r"-(bnb|unsloth-bnb)-4bit$", str(path).rstrip("/"), re.IGNORECASE) is not None
 
 
-def round_through_nf4(model, shared_f16: bool) -> int:
+def round_through_nf4(model, shared_f16: bool, compute=None) -> int:
     """Replace the weight of every Linear layer bitsandbytes would quantise (Unsloth's skip list: the LM head,
     routers, vision towers stay 16-bit) by its NF4 round trip: quantize_4bit -> dequantize_4bit, with the settings
     of the 4-bit path, rounded to the dtype the model computes in as bitsandbytes' dequantisation is (bf16 on a CPU
@@ -273,7 +273,9 @@ def round_through_nf4(model, shared_f16: bool) -> int:
     Storage: `shared_f16` (the llama_cpp engine, whose f16 tensors the trainer then shares, see
     engine_llama_cpp.share_weights) keeps a 16-bit layer's values in float16: f16 holds float32 ones to 2^-11
     relative (bf16 only to 2^-8) and bf16 ones exactly, so the trainer's per-matmul cast gives the rounded values
-    back. Otherwise each layer keeps its own dtype. Returns how many layers were rounded."""
+    back. Otherwise each layer keeps its own dtype. `compute`: round to this dtype instead of the model's (the
+    export rounds a float32 copy of the base as a bf16 run did, export.round_base). Returns how many layers were
+    rounded."""
     import torch
     from bitsandbytes.functional import dequantize_4bit, quantize_4bit
     from transformers.quantizers.quantizers_utils import should_convert_module
@@ -283,7 +285,7 @@ def round_through_nf4(model, shared_f16: bool) -> int:
     except ImportError:
         skip = ["lm_head"]
     head = model.get_output_embeddings()
-    compute = model.get_input_embeddings().weight.dtype  # float32, or bf16 on a CPU with bf16 units
+    compute = compute or model.get_input_embeddings().weight.dtype  # float32, or bf16 on a CPU with bf16 units
     rounded = 0
     with torch.no_grad():
         for name, module in model.named_modules():

@@ -26,9 +26,11 @@ from grpokit.run_dir import (
     EVAL_METRICS,
     GENERATION_LOGS,
     METRICS_SUMMARY,
+    README,
     RUN_CONFIG,
     TRAINER_STATE,
     read_trainer_state,
+    run_readme,
 )
 from grpokit.run_end import AlreadyFinished, Interrupted
 
@@ -496,10 +498,12 @@ class GRPOTrainer:
                 trainer.add_callback(self.generation_logger)
         if training and kwargs.get("metric_for_best_model"):
             trainer.add_callback(BestCheckpoint(kwargs["metric_for_best_model"], Path(config.output_dir)))
-        if training:
-            from grpokit.console import install_progress
+        from grpokit.console import install_progress, remove_console_callbacks
 
+        if training:
             install_progress(trainer)  # one Rich bar (plain lines when not a terminal) instead of tqdm + dicts
+        else:
+            remove_console_callbacks(trainer)  # --eval-only: print_eval_only says the figures
         self.trainer = trainer
         return trainer
 
@@ -700,6 +704,7 @@ class GRPOTrainer:
             "best_checkpoint": trainer.state.best_model_checkpoint,
             "best_metric": trainer.state.best_metric,
             "notices": self.notices,
+            "trained_base": _trained_base(self.model),
         }
         if logger is not None and logger.history:
             baseline = logger.baseline()  # the run's real step-0 figure, carried across resumes
@@ -736,12 +741,21 @@ class GRPOTrainer:
         except Exception as err:  # noqa: BLE001 - a plot must never cost the run its summary
             log.error("Plotting failed (%s: %s)", err.__class__.__name__, err)
         (out / METRICS_SUMMARY).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        # in place of PEFT's model card from save_model (TRL's is not written: TRLGRPOTrainer.create_model_card)
+        (out / README).write_text(run_readme(_config_dict(self.config), summary), encoding="utf-8")
         report = _write_report(out, [Path(p) for p in summary.get("plots", [])])
         if report is not None:
             summary["report"] = str(report)
 
 
 # ---- pieces the class uses ---------------------------------------------------------------------------------------
+
+def _trained_base(model) -> str:
+    """The base weights the run computed with: "16-bit", or the NF4 settings its 4-bit weights were made with
+    (gguf_export.nf4_settings), which `export --base trained` repeats on the 16-bit base."""
+    from grpokit.gguf_export import nf4_settings
+
+    return nf4_settings(model) or "16-bit"
 
 
 def check_output_dir(path: str, option: str = "--output-dir", what: str = "Output directory") -> Path:

@@ -24,6 +24,8 @@ PASS_AT_K_FILE = "pass_at_k.json"  # beside the generation logs: {step: {"pass@1
 PLOTS_DIR = "plots"
 REPORT_FILE = "report.html"
 MANIFEST = "run_manifest.json"  # in each checkpoint: config hash, dataset fingerprint, versions
+EXPORT_DIR = "export"  # `train_grpo.py export`'s default output: export/<format>[-<quant>]/
+README = "README.md"  # what the directory holds, its results and the export command (run_readme)
 
 
 def generation_log_file(log_dir: Path, step: int) -> Path:
@@ -138,13 +140,57 @@ def _step_of(name: str) -> int:
 
 
 
+def run_readme(config: dict[str, Any], summary: dict[str, Any]) -> str:
+    """README.md of a finished run's directory (in place of the model cards TRL and PEFT write there, which name no
+    base model or an absolute cache path): what the run was, its held-out figures, the files and the commands."""
+    import re
+    import shlex
+
+    from config.models import MODEL_PRESETS
+
+    model = str(config.get("model_name") or summary.get("model") or "?")
+    preset = MODEL_PRESETS.get(model)
+    if preset is not None:
+        hub_id = preset.checkpoint(load_in_4bit=False)
+    else:  # a hub id as typed; a local directory is named by no hub id
+        hub_id = model if re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not Path(model).exists() else None
+    data = config.get("dataset_path") or config.get("custom_data") or config.get("dataset") or "?"
+    out = shlex.quote(str(summary.get("output_dir") or "OUTPUT_DIR"))
+    lines = ["---", *([f"base_model: {hub_id}"] if hub_id else []), "library_name: peft", "tags:", "- grpo", "- trl",
+             "- lora", "---", "", f"# GRPO run: {model}", "",
+             f"A LoRA adapter trained with GRPO by `train_grpo.py` (TRL's GRPOTrainer): {model}"
+             f"{' (' + hub_id + ')' if hub_id and hub_id != model else ''}, "
+             f"{'4-bit (NF4)' if config.get('load_in_4bit') else '16-bit'} base, data {data}, "
+             f"{summary.get('global_step', '?')} steps.", ""]
+    greedy = summary.get("generation_eval") or {}
+    if greedy.get("baseline") is not None:
+        lines += [f"Greedy reward on {greedy.get('prompts')} {'held-out' if greedy.get('held_out') else 'training'} "
+                  f"prompts: {greedy['baseline']:.3f} at step {greedy.get('baseline_step')} -> {greedy['final']:.3f} at "
+                  f"step {greedy.get('final_step')}"
+                  + (f" (better on {greedy['improved']}, worse on {greedy['worse']}, same on {greedy['same']})."
+                     if "improved" in greedy else "."), ""]
+    sampled = (summary.get("eval") or {}).get("eval_reward")
+    if sampled is not None:
+        lines += [f"Sampled reward on the held-out split: {sampled:.3f}.", ""]
+    lines += ["| file | what |", "|---|---|",
+              "| `adapter_model.safetensors`, `adapter_config.json` | the LoRA adapter (PEFT) |",
+              f"| `{RUN_CONFIG}` | every setting: `python train_grpo.py --config {RUN_CONFIG}` runs it again |",
+              f"| `{METRICS_SUMMARY}`, `{TRAINER_STATE}` | the summary; every logged metric |",
+              f"| `{REPORT_FILE}`, `{PLOTS_DIR}/`, `{GENERATION_LOGS}/` | the report, the curves, each evaluation's "
+              "greedy completions |", "",
+              "```sh", f"python train_grpo.py export {out} --quant q4_k_m --ollama   # GGUF for llama.cpp / Ollama",
+              f"python train_grpo.py report {out}", "```", ""]
+    return "\n".join(lines)
+
+
 # ---- one output directory, one run ------------------------------------------------------------------------------
 
 PREVIOUS_RUNS = "previous_runs"  # a finished run's files, set aside when a new run starts in its directory
-# Everything a run writes at the top of its output directory (TRL's save_model adds the tokenizer and a PEFT model
-# card); nothing else is ever moved, so an output dir that also holds the user's own files keeps them.
+# Everything a run writes at the top of its output directory (TRL's save_model adds the tokenizer), and the exports
+# of its adapter (an export beside a newer run's adapter would say it is that run's model); nothing else is ever
+# moved, so an output dir that also holds the user's own files keeps them.
 RUN_FILES = (TRAINER_STATE, METRICS_SUMMARY, RUN_CONFIG, TRAINING_LOG, GENERATION_LOGS, PLOTS_DIR, REPORT_FILE,
-             BEST_CHECKPOINT, "adapter_model.safetensors", "adapter_config.json", "training_args.bin", "merged_16bit",
+             BEST_CHECKPOINT, EXPORT_DIR, "adapter_model.safetensors", "adapter_config.json", "training_args.bin", "merged_16bit",
              "ref", "eval_only", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")
 RUN_FILE_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
@@ -157,8 +203,8 @@ def run_files(output_dir: Path) -> list[Path]:
         return []
     found = [out / name for name in RUN_FILES if (out / name).exists()]
     found += [p for pattern in RUN_FILE_PATTERNS for p in sorted(out.glob(pattern))]
-    if found and (out / "README.md").exists() and (out / "adapter_config.json").exists():
-        found.append(out / "README.md")  # PEFT's model card for the adapter
+    if found and (out / README).exists() and (out / "adapter_config.json").exists():
+        found.append(out / README)  # the run's README (run_readme), or PEFT's model card from an older run
     return found
 
 

@@ -101,6 +101,12 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         self._prepare_inputs(inputs)
         return None, None, None
 
+    def create_model_card(self, *args, **kwargs):
+        """Nothing: TRL writes OUTPUT_DIR/README.md at every checkpoint ("a fine-tuned version of [None]" for a local
+        model, its absolute cache path); the run writes its own README at the end (run_dir.run_readme) and each
+        export a model card beside its file."""
+        return None
+
     def _save_checkpoint(self, model, trial):
         # Atomic checkpoints (checkpoints.py): visible to `latest` and rotation only once every file and the
         # `.complete` marker are on disk; a full disk sets the partial one aside and raises CheckpointWriteError.

@@ -276,6 +276,35 @@ def test_print_header_and_summary(monkeypatch):
     assert "export: python train_grpo.py export /tmp/run --quant q4_k_m --ollama" in flat  # what to run next
 
 
+def test_the_quick_tests_export_command_fits_80_columns_whole(monkeypatch):
+    """grpo_outputs/quick_test makes "export: " + the command 83 columns: the command goes on its own line."""
+    rich_console, buffer = _console(terminal=False)
+    console.print_summary({"global_step": 10, "backend": "unsloth", "train_seconds": 30, "total_seconds": 40,
+                           "output_dir": "grpo_outputs/quick_test"}, console=rich_console)
+    lines = [line for line in buffer.getvalue().splitlines() if "─" not in line]
+    assert max(len(line) for line in lines) <= 80, lines
+    assert "  python train_grpo.py export grpo_outputs/quick_test --quant q4_k_m --ollama" in lines
+
+
+def test_eval_only_prints_a_short_summary_not_the_metrics_dict():
+    rich_console, buffer = _console(terminal=False)
+    metrics = {"eval_loss": 0.0, "eval_model_preparation_time": 0.0021, "eval_runtime": 22.21,
+               "eval_samples_per_second": 1.08, "eval_steps_per_second": 0.045, "eval_reward": 0.7083,
+               "eval_reward_std": 0.4593, "eval_rewards/accuracy/mean": 0.7083, "eval_rewards/accuracy/std": 0.4593,
+               "eval_completions/mean_length": 8.54, "eval_completions/min_length": 5.0,
+               "eval_completions/max_length": 10.0, "eval_completions/clipped_ratio": 0.125,
+               "eval_frac_reward_zero_std": 0.5, **{f"eval_extra_metric_{i}": i / 3 for i in range(20)}}
+    assert len(str(metrics)) > 900
+    console.print_eval_only({"adapter": "grpo_outputs/quick_test", "global_step": 10, "held_out": True,
+                             "eval": metrics, "generation_log": {"reward_mean": 0.9583},
+                             "output_dir": "grpo_outputs/quick_test/eval_only/quick_test-step_10"},
+                            console=rich_console)
+    lines = [line for line in buffer.getvalue().splitlines() if "─" not in line]
+    assert "{" not in buffer.getvalue() and max(len(line) for line in lines) <= 80, lines
+    assert "greedy reward on held-out eval prompts: 0.958" in lines
+    assert "sampled, held-out: reward 0.708 ± 0.459  length 8.5  (22.2 s)" in lines
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # --help at 80 columns
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """`train_grpo.py export`: the exported model is the trained model, read by consumers that are not ours.
 
-The quick test as `make quick-test` runs it (10 steps, 24 held-out prompts) gives the adapter; its greedy answers in PyTorch (PEFT on the
-16-bit base) are the reference. The GGUF files are loaded with llama-cpp-python's own `Llama` class, the merged
-weights with plain transformers (no PEFT). Each export is made once per module and shared by the asserts.
+The quick test as `make quick-test` runs it (10 steps, 24 held-out prompts) gives the adapter; the run's own final
+greedy evaluation (its last generation log) is the reference: the export merges into the weights the 4-bit run
+computed with (`--base trained`), and measures itself against that log. The GGUF files are loaded with
+llama-cpp-python's own `Llama` class, the merged weights with plain transformers (no PEFT). Each export is made once
+per module and shared by the asserts.
 """
 
 import hashlib
@@ -33,6 +35,9 @@ def run(tmp_path_factory):
     result = cli("--quick-test", "--no-wandb", "--output-dir", str(out), "--set", "save_steps=0")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "train_grpo.py export" in result.stderr  # the end-of-run summary names the export command
+    readme = (out / "README.md").read_text()  # the run's own, not TRL's / PEFT's model card
+    assert readme.startswith("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n") and "[None]" not in readme
+    assert not (out / "best_checkpoint.json").exists()  # one evaluation, at the end: nothing to choose between
     return out
 
 
@@ -61,50 +66,31 @@ def max_new_tokens(run):
 
 
 def prompt_ids(tokenizer, prompt):
-    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    from grpokit.export import prompt_ids as ids
+
+    return ids(tokenizer, prompt)
 
 
 def torch_greedy(model, tokenizer, held_out, max_new_tokens):
-    import torch
+    from grpokit.export import torch_greedy as greedy
 
-    answers = []
-    with torch.no_grad():
-        for prompt, _ in held_out:
-            ids = torch.tensor([prompt_ids(tokenizer, prompt)])
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-            answers.append(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip())
-    return answers
+    return greedy(model, tokenizer, [prompt_ids(tokenizer, prompt) for prompt, _ in held_out], max_new_tokens)
 
 
 @pytest.fixture(scope="module")
-def reference(run, held_out, tokenizer, max_new_tokens):
-    """The trained adapter's greedy answers in PyTorch: PEFT on the 16-bit base, float32."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+def reference(run):
+    """The run's own final greedy evaluation: what the export must reproduce."""
+    from grpokit.run_dir import generation_log_dir, generation_logs
 
-    from grpokit.model_loader import embedded_model_dir
-
-    base = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, run).eval()
-    return torch_greedy(model, tokenizer, held_out, max_new_tokens)
+    return [e["generated"].strip() for e in generation_logs(generation_log_dir(run))[-1][1]]
 
 
 def llama_greedy(path, tokenizer, held_out, max_new_tokens, lora=None):
     """Greedy answers from llama-cpp-python's own Llama class, fed the same prompt tokens; the text is llama.cpp's
     own detokenisation (the GGUF's vocabulary)."""
-    from llama_cpp import Llama
+    from grpokit.export import gguf_greedy
 
-    llm = Llama(model_path=str(path), lora_path=str(lora) if lora else None, n_ctx=256, n_threads=2, verbose=False)
-    answers = []
-    for prompt, _ in held_out:
-        out = llm.create_completion(prompt_ids(tokenizer, prompt), max_tokens=max_new_tokens, temperature=0.0,
-                                    top_k=1, repeat_penalty=1.0)
-        answers.append(out["choices"][0]["text"].strip())
-    llm.close()
-    return answers
+    return gguf_greedy(path, [prompt_ids(tokenizer, prompt) for prompt, _ in held_out], max_new_tokens, lora=lora)
 
 
 def held_out_reward(run, held_out, answers):
@@ -133,6 +119,11 @@ def same_answers(a, b):
 def gguf_f16(run):
     result = cli("export", str(run), "--quant", "f16")
     assert result.returncode == 0, result.stderr[-3000:]
+    # the export measured itself: one line, and the same in the model card
+    line = next(x for x in result.stderr.splitlines() if "answers as the run's final evaluation" in x)
+    assert int(line.split("/")[0]) >= 23 and len(line) <= 80, line
+    card = (run / "export" / "gguf-f16" / "README.md").read_text()
+    assert f"| measured | {line} " in card and "rounded through NF4 as the 4-bit run computed with it" in card
     files = [Path(line) for line in result.stdout.split()]
     return next(f for f in files if f.suffix == ".gguf")
 
@@ -159,21 +150,24 @@ def test_gguf_f16_and_q8_0_answer_as_the_adapter_does(run, gguf_f16, held_out, t
     assert matching >= 20, list(zip(answers, reference, strict=True))  # the trained model, 8-bit rounded
     if matching < 23:  # the goal, met on this adapter where measured (23/24); a machine without bf16 units
         # trains another adapter (float32 compute), whose near ties may fall otherwise
-        pytest.xfail(f"q8_0: {matching}/24 answers as in PyTorch (goal 23): "
+        pytest.xfail(f"q8_0: {matching}/24 answers as the run's evaluation (goal 23): "
                      f"{[(a, r) for a, r in zip(answers, reference, strict=True) if a != r]}")
 
 
 def test_gguf_carries_the_trained_weights_not_the_base(run, gguf_f16, held_out, tokenizer):
-    """Next-token logits on the held-out prompts: the GGUF sits with the adapter, far from the base it came from."""
+    """Next-token logits on the held-out prompts: the GGUF sits with the adapter on the base the run computed with
+    (NF4-rounded), far from that base alone."""
     import numpy as np
     import torch
     from llama_cpp import Llama
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    from grpokit.export import round_base, run_files, trained_rounding
     from grpokit.model_loader import embedded_model_dir
 
     base = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32).eval()
+    assert round_base(base, trained_rounding(*run_files(run), "trained")) > 0
     llm = Llama(model_path=str(gguf_f16), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
     base_logits, gguf_logits = [], []
     ids_list = [prompt_ids(tokenizer, prompt) for prompt, _ in held_out[:8]]
