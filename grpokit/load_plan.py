@@ -573,6 +573,12 @@ def plan_load(config, machine: Machine, backend: str, engine: tuple[str, str] | 
     arch = architecture_for(config.model_name, checkpoint)
     if arch is not None:
         plan.memory = memory_estimate(config, machine, arch, name, fast, mode, backend)
+        if engine is None and name == "vllm" and why.startswith("auto") and vllm_share_refusal(plan.memory, machine):
+            # 'auto' never refuses: vLLM's share of the card cannot hold the weights, so transformers generates
+            # (an explicit generation_engine vllm is refused below with the fix)
+            return plan_load(config, machine, backend, (
+                "transformers", f"auto: vLLM's share of the card ({plan.memory.terms.get('rollout', 0.0):.0f} GiB, "
+                f"vllm_gpu_memory_utilization) cannot hold the {plan.memory.vllm_weights:.0f} GiB of weights"))
     else:
         notes.append("memory: unknown (the model's config.json is neither a preset's nor on this disk)")
     plan.eval_batch, eval_problem = eval_batch_size(config, plan.memory, arch)

@@ -22,6 +22,7 @@ import json
 import logging
 from pathlib import Path
 
+from config.errors import UsageError
 from grpokit.engines import EngineSetup, SamplingParams, choose_engine
 
 log = logging.getLogger("grpo")
@@ -191,6 +192,10 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
     from grpokit.model_loader import model_path
 
     requested = config.generation_engine
+    broken = _vllm_import_error() if config.use_vllm or config.fast_inference or requested == "vllm" else ""
+    if broken:  # asked for by name: a vllm that is installed but broken is one line now, not at generation
+        raise UsageError(f"vllm does not import here ({broken}): repair it (a vllm built for this torch) or generate "
+                         "with --set generation_engine=transformers.")
     if config.use_vllm or config.fast_inference:
         # --use-vllm on Unsloth still has to reach from_pretrained as fast_inference: without it TRL would start its
         # own vLLM and push the 4-bit weights into it (load_plan.vllm_refusal).
@@ -203,9 +208,29 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
     elif not cuda:
         architecture = "a model with no local safetensors directory"
     name, reason = choose_engine(requested, cuda, backend, architecture, load_in_4bit=config.load_in_4bit)
+    if name == "vllm" and requested == "auto":
+        # The plan saw vllm installed (find_spec, before any import); whether it imports is known only now. And the
+        # load plan decides 'auto' with the memory it has: vLLM only where its share of the card holds the weights.
+        from grpokit.load_plan import detect_machine, plan_load
+
+        broken = _vllm_import_error()
+        if broken:
+            return "transformers", f"auto: vllm is installed but does not import ({broken})"
+        planned = plan_load(config, detect_machine(), backend)
+        name, reason = planned.engine, planned.engine_reason
     if name == "vllm":
         _use_vllm(config, backend)
     return name, reason
+
+
+def _vllm_import_error() -> str:
+    """'' when vllm imports (the run needs it next anyway), else why not: installed packages can be broken (a vllm
+    built for another torch), and the load plan only saw that the package is there."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - any import failure is the same answer: this vllm cannot run here
+        return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+    return ""
 
 
 def _use_vllm(config, backend: str) -> None:

@@ -78,7 +78,7 @@ def recipes() -> list[Recipe]:
                 continue
             script = next(i for i, w in enumerate(words) if w.endswith("train_grpo.py"))
             args = words[script + 1:]
-            if (args and args[0] in ("export", "report")) or NOT_TRAINING & set(args):
+            if (args and args[0] in ("export", "report", "doctor")) or NOT_TRAINING & set(args):
                 continue
             named = CARD.search(comment)
             found.append(Recipe(source, raw.strip(), Path(words[0]).name.replace("python3", "python"), words,
@@ -149,10 +149,23 @@ def test_the_docs_show_gpu_recipes():
     assert any(r.cards == 8 and r.card == "H100 80GB" for r in RECIPES)  # the 70B ZeRO-3 recipe names its machine
 
 
+@pytest.mark.parametrize("vllm", [False, True], ids=["no-vllm", "vllm"])
 @pytest.mark.parametrize("recipe", RECIPES, ids=[f"{r.source}:{' '.join(r.words)[:90]}" for r in RECIPES])
-def test_each_gpu_recipe_plans_on_the_machine_it_names(recipe, cli, on_card, monkeypatch, tmp_path):
+def test_each_gpu_recipe_plans_on_the_machine_it_names(recipe, vllm, cli, on_card, monkeypatch, tmp_path):
+    """Every line on the cards it names, where vllm is installed and where it is not (the 'auto' engine differs)."""
+    import importlib.machinery
+    import importlib.util
+
     from grpokit.run import GRPOTrainer
 
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):  # only whether vllm is there is asked of it before anything loads
+        if name == "vllm":
+            return importlib.machinery.ModuleSpec("vllm", None) if vllm else None
+        return real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("WANDB_MODE", "offline")  # --wandb-project lines: W&B's login is not what is checked here
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -84,10 +84,12 @@ def recorded(monkeypatch):
 
 @pytest.fixture
 def vllm_installed(monkeypatch):
-    """vllm is GPU-only and not installed here: the config check (config/loader.py) is told it is."""
+    """vllm is GPU-only and not installed here: the config check (config/loader.py) is told it is, and the engine's
+    import probe (trl_engine_adapter._vllm_import_error) finds a module."""
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
 
 
 def _load(config, machine, backend="transformers"):
@@ -566,7 +568,13 @@ def test_vllm_must_hold_the_weights_in_its_share(vllm_installed):
     auto = _config(model_name="llama-3.1-70b", backend="transformers", load_in_4bit=False,
                    enable_generation_logging=False)
     plan = plan_load(auto, sharded, "transformers")
-    assert plan.engine == "vllm" and "cannot hold the 131 GiB" in plan.refusal  # auto picked TRL's colocated vLLM
+    # 'auto' never refuses: where TRL's colocated vLLM cannot hold the weights in its share, transformers generates
+    assert plan.engine == "transformers" and "cannot hold the 131 GiB of weights" in plan.engine_reason
+    assert plan.engine_reason.startswith("auto: vLLM's share of the card (24 GiB")
+    asked = _config(model_name="llama-3.1-70b", backend="transformers", load_in_4bit=False,
+                    enable_generation_logging=False, generation_engine="vllm")
+    plan = plan_load(asked, sharded, "transformers")
+    assert plan.engine == "vllm" and "cannot hold the 131 GiB" in plan.refusal  # asked for by name: refused
 
 
 def test_generation_log_batches_count_the_prefill_activations():
@@ -786,3 +794,24 @@ def test_vllm_configuring_its_console_log_inside_import_unsloth_keeps_the_real_s
     assert result.returncode == 0, result.stderr[-2000:]
     assert "KV cache: 12 GiB" in result.stdout, result.stdout + result.stderr
     assert "SFTTrainer" not in result.stdout and "Automatically detected" not in result.stdout
+
+
+def test_a_vllm_that_does_not_import_is_refused_or_passed_over(tmp_path, monkeypatch):
+    """The plan sees only that vllm is installed (find_spec); a vllm built for another torch fails at import. Asked
+    for by name it is one line at load; 'auto' generates with transformers and says why."""
+    from grpokit.trl_engine_adapter import resolve_engine
+
+    broken = tmp_path / "vllm"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('libcudart.so.12: cannot open shared object file')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    asked = _config(model_name="llama-3.1-8b", backend="transformers", load_in_4bit=False, use_vllm=True)
+    with pytest.raises(UsageError, match=r"vllm does not import here \(ImportError: libcudart\.so\.12: cannot open "
+                                         r"shared object file\): repair it"):
+        resolve_engine(asked, "transformers", True)
+    auto = _config(model_name="llama-3.1-8b", backend="transformers", load_in_4bit=False)  # 16-bit: auto picks vllm
+    assert resolve_engine(auto, "transformers", True) == (
+        "transformers", "auto: vllm is installed but does not import (ImportError: libcudart.so.12: cannot open "
+        "shared object file)")
+    assert not auto.use_vllm
