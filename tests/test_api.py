@@ -286,3 +286,17 @@ def test_report_subcommand_redraws_from_files_alone(tmp_path):
     result = subprocess.run([*run, str(out)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert (out / "report.html").stat().st_size > 0 and (out / "plots" / "reward.png").exists()
+
+
+def test_the_api_imports_from_any_directory_with_the_venvs_python(tmp_path):
+    """make install puts the checkout on the venv's import path (.pth): the spec's imports work outside it, and an
+    installed package of the same name would still win (the checkout comes after site-packages)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = ("import sys, grpo_trainer, data_loader; from grpo_trainer import GRPOTrainer, GRPOConfig; "
+             f"print(grpo_trainer.__file__); print(sys.path.index({str(ROOT)!r}) > "
+             "max(i for i, p in enumerate(sys.path) if p.endswith('site-packages')))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, f"{result.stderr[-1500:]}\n(make install writes the .pth file)"
+    where, after_site = result.stdout.split()
+    assert where == str(ROOT / "grpo_trainer.py") and after_site == "True"
