@@ -68,6 +68,8 @@ def encode(value, depth=0, budget=None, other=None):
     if kind is dict:
         return ["d", [[encode(k, depth + 1, budget, other), encode(v, depth + 1, budget, other)]
                       for k, v in value.items()]]
+    if kind is range:  # a value like a tuple of ints: it crosses whole (a loop over it needs no round trips)
+        return ["R", hex(value.start), hex(value.stop), hex(value.step)]
     handle = other(value) if other is not None else None
     if handle is not None:
         return handle
@@ -76,8 +78,8 @@ def encode(value, depth=0, budget=None, other=None):
 
 def decode(data, depth=0, handles=None, budget=None):
     """Tagged lists -> builtin values; ValueError on anything malformed. `handles(tag, item)` resolves the
-    sandbox side's extra tags ("cb": a callback of the tests, "r": an object of the code's): never on the trusted
-    side, which builds builtin values or nothing."""
+    sandbox side's extra tags ("cb": an object of the tests, "r": an object of the code's); the trusted side resolves
+    only "cb", to its own objects, and otherwise builds builtin values or nothing."""
     budget = budget if budget is not None else [MAX_ITEMS]
     budget[0] -= 1
     if depth > MAX_DEPTH or budget[0] < 0 or type(data) is not list or not data or type(data[0]) is not str:
@@ -112,6 +114,8 @@ def decode(data, depth=0, handles=None, budget=None):
             return handles(tag, item)
     if tag == "c" and len(rest) == 2 and all(type(x) is str for x in rest):
         return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
+    if tag == "R" and len(rest) == 3 and all(type(x) is str and len(x) < 4096 for x in rest):
+        return range(*(int(x, 16) for x in rest))
     raise ValueError("malformed plain data")
 
 
@@ -278,6 +282,43 @@ def _wipe(directory):
             os.unlink(entry.path)
 
 
+def _reset(directory):
+    """What a job may have set on a directory its uid owns and that outlives it: extended attributes (user.*, ACLs),
+    mode, times, inode flags (a later job reading them back would be a channel between completions)."""
+    try:
+        names = os.listxattr(directory, follow_symlinks=False)
+    except OSError:  # no extended attributes on this file system
+        names = []
+    for name in names:
+        os.removexattr(directory, name, follow_symlinks=False)
+    os.chmod(directory, 0o700)
+    os.utime(directory, ns=(0, 0), follow_symlinks=False)
+    try:
+        import fcntl
+
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, 0x40086602, struct.pack("l", 0))  # FS_IOC_SETFLAGS: nodump, noatime, ... off
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _fresh(workdir):
+    """The job's own directory, `workdir`/job, made anew for each job (a new inode: nothing the one before set on
+    it, its extended attributes, times and mode included), in `workdir` emptied and reset (`_reset`), and /tmp
+    reset where it is this uid's (an unprivileged user namespace)."""
+    _wipe(workdir)
+    job = os.path.join(workdir, "job")
+    os.mkdir(job, 0o700)
+    _reset(workdir)
+    if os.path.dirname(workdir) == "/tmp" and os.stat("/tmp").st_uid == os.getuid():
+        _reset("/tmp")
+        os.chmod("/tmp", 0o755)
+    return job
+
+
 def _wipe_writable(workdir):
     """Whatever else under /tmp this uid could write (where /tmp itself is this uid's: an unprivileged user
     namespace); a root-owned /tmp holds only `workdir`."""
@@ -382,13 +423,83 @@ def _child(header, fds, workdir):
     os._exit(code & 0xFF)
 
 
+class _Trusted:
+    """An object of the tests' passed to the code (a callback, an iterator, a generator, an object of their own
+    class): it stays on the trusted side, and each use of it here (a call, next, iter, len, an item, an attribute)
+    is a request there, answered with plain data or another handle."""
+
+    __slots__ = ("_objects", "_index")
+
+    def __init__(self, objects, index):
+        self._objects, self._index = objects, index
+
+    def __call__(self, *args, **kwargs):
+        return self._objects.ask(self._index, "call", "", args, kwargs)
+
+    def __iter__(self):
+        return self._objects.ask(self._index, "iter", "", (), {})
+
+    def __next__(self):
+        return self._objects.ask(self._index, "next", "", (), {})
+
+    def __len__(self):
+        return self._objects.ask(self._index, "len", "", (), {})
+
+    def __bool__(self):
+        return self._objects.ask(self._index, "bool", "", (), {})
+
+    def __getitem__(self, key):
+        return self._objects.ask(self._index, "getitem", "", (key,), {})
+
+    def __contains__(self, item):
+        return self._objects.ask(self._index, "contains", "", (item,), {})
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._objects.ask(self._index, "getattr", name, (), {})
+
+    def __str__(self):
+        return self._objects.ask(self._index, "str", "", (), {})
+
+    def __repr__(self):
+        return self._objects.ask(self._index, "repr", "", (), {})
+
+
 class _Objects:
     """The code's objects the trusted side holds handles to (an instance its class made, a generator), and the
-    tests' callbacks the code may call: each call of one asks the trusted side over the job's pipes."""
+    tests' objects the code may use (`_Trusted`): each use of one asks the trusted side over the job's pipes."""
 
     def __init__(self, namespace):
         self.table = {}
         self.namespace = namespace
+        self.trusted = {}
+
+    def tag(self, value):
+        """A handle of the tests' object as it goes back (a returned callback or iterator), else None."""
+        return ["cb", value._index] if type(value) is _Trusted else None
+
+    def ask(self, index, do, attr, args, kwargs):
+        """Use the tests' object `index` (`do`: call, iter, next, len, bool, getitem, contains, getattr, str, repr) on
+        the trusted side; the code's calls made meanwhile (the tests' callback calls the code) are served."""
+        import builtins
+
+        write_frame(3, {"callback": index, "do": do, "attr": attr, "args": encode(list(args), other=self.tag),
+                        "kwargs": encode(kwargs, other=self.tag)})
+        while True:
+            answer = read_frame(0)
+            if answer is None:
+                os._exit(1)
+            if "op" in answer:
+                _handle(self.namespace, self, answer)
+                continue
+            if "value" in answer:
+                return decode(answer["value"], handles=self.resolve)
+            name = answer.get("raise")
+            cls = getattr(builtins, name, None) if type(name) is str else None
+            if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                cls = RuntimeError
+            raise cls(str(answer.get("message", "the tests' object failed")))
 
     def handle(self, value):
         if len(self.table) >= 100_000:
@@ -401,26 +512,16 @@ class _Objects:
             if item not in self.table:
                 raise ValueError("no such object")
             return self.table[item]
-
-        def callback(*args, **kwargs):  # a function of the tests: it runs on the trusted side
-            write_frame(3, {"callback": item, "args": encode(list(args)), "kwargs": encode(kwargs)})
-            while True:  # the callback may call the code's functions in turn: serve those until its answer
-                answer = read_frame(0)
-                if answer is None:
-                    os._exit(1)
-                if "op" in answer:
-                    _handle(self.namespace, self, answer)
-                    continue
-                if "value" in answer:
-                    return decode(answer["value"])
-                raise RuntimeError(str(answer.get("message", "the callback failed")))
-
-        return callback
+        if item not in self.trusted:  # an object of the tests: it stays there (the same handle, the same object)
+            if len(self.trusted) >= 100_000:
+                raise ValueError("too many objects")
+            self.trusted[item] = _Trusted(self, item)
+        return self.trusted[item]
 
     def out(self, value):
-        """A reply for a value: plain data, or a handle to it."""
+        """A reply for a value: plain data (the tests' own objects as their handles), or a handle to it."""
         try:
-            return {"value": encode(value)}
+            return {"value": encode(value, other=self.tag)}
         except NotPlainData:
             pass
         if callable(value) and not isinstance(value, type):
@@ -492,7 +593,7 @@ def _handle(namespace, objects, request):
         reply = {"unsupported": str(err)}
     if request.get("mutable"):  # the arguments after the call: the trusted side applies in-place changes
         try:
-            reply["args"], reply["kwargs"] = encode(args), encode(kwargs)
+            reply["args"], reply["kwargs"] = encode(args, other=objects.tag), encode(kwargs, other=objects.tag)
         except NotPlainData:
             pass
     write_frame(3, reply)
@@ -533,13 +634,13 @@ def zygote(control_fd, workdir, pidns):
             return
         header = json.loads(body)
         try:
-            _wipe(workdir)  # empty for the job, whatever the one before left
+            jobdir = _fresh(workdir)  # a new directory for the job, nothing of the one before left
         except OSError:
             return
         pid = os.fork()
         if pid == 0:
             control.close()
-            _child(header, fds, workdir)
+            _child(header, fds, jobdir)
         for fd in fds:
             os.close(fd)
         timed_out = False
@@ -562,8 +663,9 @@ def zygote(control_fd, workdir, pidns):
             except OSError:
                 pass
         dirty = ""
-        try:  # nothing a job wrote or made is there for the next one: files, SysV IPC objects
+        try:  # nothing a job wrote or made is there for the next one: files, SysV IPC objects, metadata
             _wipe(workdir)
+            _reset(workdir)
             if pidns:
                 _wipe_writable(workdir)
                 _remove_ipc()

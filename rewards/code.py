@@ -363,9 +363,9 @@ def split_tests(tests: Any, entry_point: str = "", setup: str = "", prompt: str 
 
 
 class Unsplittable(BaseException):
-    """A test that cannot run as plain-data calls (it passes the candidate a callback, uses an instance of the
-    code's own class): it is scored by the in-sandbox harness instead. A BaseException, so a test's own
-    `except Exception` cannot swallow it."""
+    """A test that would hand the code what must not cross (a module, a frame, `getattr` / `eval` and kin, an
+    object of another completion): it fails, and is counted (`code/unsplit_tests`). A BaseException, so a test's
+    own `except Exception` cannot swallow it."""
 
 
 class SessionLost(BaseException):
@@ -414,19 +414,42 @@ class _Remote:
 
     def __init__(self, session, deadline: float, calls: list[int]):
         self.session, self.deadline, self.calls = session, deadline, calls
+        self.handles: list = []  # the tests' objects the code holds handles to (kept alive: ids stay unique)
+        self.handle_of: dict[int, int] = {}
 
-    def encode(self, value: Any, callbacks: list) -> Any:
-        """Arguments for the sandbox: plain data, the tests' callables (as callbacks) and the code's own objects
-        (as handles). Anything else (a generator of the tests, an object of the tests' own class) cannot cross."""
+    def own(self, tag: str, item: Any) -> Any:
+        """A handle the code sent back: one of the tests' own objects (never anything of the code's)."""
+        if tag == "cb" and type(item) is int and 0 <= item < len(self.handles):
+            return self.handles[item]
+        raise ValueError("no such object")
+
+    def decode(self, data: Any) -> Any:
+        from grpokit import sandbox
+
+        return sandbox.decode(data, handles=self.own)
+
+    def encode(self, value: Any, callbacks: list | None = None) -> Any:
+        """Data for the sandbox: plain data, the code's own objects (as their refs) and any other object of the
+        tests' (a callback, an iterator, a generator, an instance of their class) as a handle: it stays here and
+        the code's uses of it come back as requests (`answer`). What no test needs to hand over and would open this
+        process to the code (a module, a frame, `getattr` / `eval` and kin) cannot cross: the test fails."""
         from grpokit import sandbox
 
         def other(item: Any) -> list | None:
-            if isinstance(item, RemoteObject) and item._remote is self:
+            if isinstance(item, RemoteObject):
+                if item._remote is not self:
+                    raise Unsplittable("an object of another completion")
                 return ["r", item._ref]
-            if callable(item) and not isinstance(item, RemoteObject | Proxy | _Method):
-                callbacks.append(item)
-                return ["cb", len(callbacks) - 1]
-            return None
+            if isinstance(item, Proxy | _Method) or type(item) in _NOT_HANDED or \
+                    any(item is f for f in _DANGEROUS) or isinstance(item, types.ModuleType):
+                raise Unsplittable(f"a {type(item).__name__} cannot be handed to the code")
+            key = id(item)
+            if key not in self.handle_of:
+                if len(self.handles) >= 100_000:
+                    raise Unsplittable("too many objects handed to the code")
+                self.handle_of[key] = len(self.handles)
+                self.handles.append(item)
+            return ["cb", self.handle_of[key]]
 
         from grpokit.sandbox_worker import TooLarge
 
@@ -434,8 +457,31 @@ class _Remote:
             return sandbox.encode(value, other=other)
         except (TooLarge, RecursionError):  # the code's own answer, too big to send back: the test fails
             raise CandidateError("data too large or too deeply nested to pass back") from None
-        except ValueError as err:
-            raise Unsplittable(str(err)) from None
+
+    def answer(self, reply: dict) -> dict:
+        """The code uses an object of the tests' (`reply`: {"callback": handle, "do", "attr", "args", "kwargs"}):
+        done here, on the tests' object, the outcome as plain data or a handle (an exception by name)."""
+        index, do = reply.get("callback"), reply.get("do", "call")
+        target = self.handles[index] if type(index) is int and 0 <= index < len(self.handles) else None
+        try:
+            if target is None:
+                raise CandidateError("no such object")
+            args, kwargs = self.decode(reply.get("args", ["l", []])), self.decode(reply.get("kwargs", ["d", []]))
+            if type(args) is not list or type(kwargs) is not dict or any(type(k) is not str for k in kwargs):
+                raise CandidateError("malformed arguments")
+            if do == "call":
+                value = target(*args, **kwargs)
+            elif do in _USES and len(args) == _USES[do][1]:
+                value = _USES[do][0](target, *args)
+            elif do == "getattr":
+                value = _tests_attribute(target, reply.get("attr"))
+            else:
+                raise CandidateError("no such use")
+            return {"value": self.encode(value)}
+        except (Unsplittable, SessionLost, KeyboardInterrupt):
+            raise
+        except Exception as err:  # noqa: BLE001 (the tests' object raised: the code sees the exception by name)
+            return {"raise": type(err).__name__, "message": str(err)[:200]}
 
     def request(self, message: dict) -> Any:
         """A request without arguments (an attribute, str()): its reply as the test sees it."""
@@ -443,6 +489,10 @@ class _Remote:
             raise SessionLost("time limit")
         self.calls[0] += 1
         reply = self.session.request(message)
+        while reply is not None and "callback" in reply:  # the code uses an object of the tests' meanwhile
+            if time.monotonic() > self.deadline:
+                raise SessionLost("time limit")
+            reply = self.session.request(self.answer(reply))
         if reply is None:
             raise SessionLost("the completion's process ended")
         return self.result(reply)
@@ -455,11 +505,9 @@ class _Remote:
             return _Method(self, ref, name)
 
     def result(self, reply: dict, full: bool = False) -> Any:
-        from grpokit import sandbox
-
         try:
             if "value" in reply:
-                return sandbox.decode(reply["value"])
+                return self.decode(reply["value"])
         except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
             raise CandidateError("returned malformed data") from None
         if "ref" in reply and type(reply["ref"]) is int:
@@ -475,29 +523,16 @@ class _Remote:
     def call(self, message: dict, args: tuple, kwargs: dict, full_result: bool = False) -> Any:
         """A call of the code's function (or object): arguments out, result back, in-place changes of list /
         dict / set arguments applied to the tests' own objects."""
-        from grpokit import sandbox
-
-        callbacks: list = []
         mutable = any(type(a) in (list, dict, set) for a in (*args, *kwargs.values()))
-        message = {**message, "args": self.encode(list(args), callbacks), "kwargs": self.encode(kwargs, callbacks),
-                   "mutable": mutable}
+        message = {**message, "args": self.encode(list(args)), "kwargs": self.encode(kwargs), "mutable": mutable}
         if time.monotonic() > self.deadline:
             raise SessionLost("time limit")
         self.calls[0] += 1
         reply = self.session.request(message)
-        while reply is not None and "callback" in reply:  # the code calls a function of the tests: run it here
-            index = reply["callback"]
-            function = callbacks[index] if type(index) is int and 0 <= index < len(callbacks) else None
-            try:
-                if function is None:
-                    raise CandidateError("no such callback")
-                value = function(*sandbox.decode(reply["args"]), **sandbox.decode(reply["kwargs"]))
-                answer = {"value": sandbox.encode(value)}
-            except (Unsplittable, SessionLost, KeyboardInterrupt):
-                raise
-            except Exception as err:  # noqa: BLE001 (the tests' callback raised: the code sees an exception)
-                answer = {"raise": type(err).__name__, "message": str(err)[:200]}
-            reply = self.session.request(answer)
+        while reply is not None and "callback" in reply:  # the code uses an object of the tests': done here
+            if time.monotonic() > self.deadline:
+                raise SessionLost("time limit")
+            reply = self.session.request(self.answer(reply))
         if reply is None:
             raise SessionLost("the completion's process ended")
         try:
@@ -506,14 +541,37 @@ class _Remote:
             raise CandidateError("returned a function, not plain data") from None
         if mutable and "args" in reply:
             try:
-                for original, after in zip(args, sandbox.decode(reply["args"]), strict=False):
+                for original, after in zip(args, self.decode(reply["args"]), strict=False):
                     _sync(original, after)
-                after_kwargs = sandbox.decode(reply.get("kwargs", ["d", []]))
+                after_kwargs = self.decode(reply.get("kwargs", ["d", []]))
                 for key, original in kwargs.items():
                     _sync(original, after_kwargs.get(key))
             except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
                 raise CandidateError("returned malformed data") from None
         return value
+
+
+_USES = {"iter": (iter, 0), "next": (next, 0), "len": (len, 0), "bool": (bool, 0), "str": (str, 0),
+         "repr": (repr, 0), "getitem": (lambda target, key: target[key], 1),
+         "contains": (lambda target, item: item in target, 1)}
+_DANGEROUS = tuple(getattr(builtins, name) for name in (
+    "getattr", "setattr", "delattr", "eval", "exec", "compile", "__import__", "open", "globals", "locals", "vars",
+    "breakpoint", "input", "dir", "help", "exit", "quit") if hasattr(builtins, name)) + (
+    object.__getattribute__, type.__getattribute__)
+_NOT_HANDED = (types.FrameType, types.CodeType, types.TracebackType, types.CellType, types.MappingProxyType)
+
+
+def _tests_attribute(target: Any, name: Any) -> Any:
+    """An attribute of the tests' own object the code reads: only a public one that an object of a class the tests
+    (or the prompt) define has, never one of a builtin type (a generator's `gi_frame` leads to this process's
+    globals)."""
+    cls = type(target)
+    if type(name) is not str or not name or name.startswith("_") or getattr(cls, "__module__", "") != "__tests__":
+        raise AttributeError(str(name)[:60])
+    own = vars(target) if hasattr(target, "__dict__") else {}
+    if name not in own and not any(name in vars(k) for k in cls.__mro__ if getattr(k, "__module__", "") == "__tests__"):
+        raise AttributeError(name)
+    return getattr(target, name)
 
 
 class Proxy:
@@ -745,12 +803,71 @@ def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
     return {"__name__": "__tests__", "__builtins__": own}
 
 
+def _imports(code: str) -> list[tuple[str, str, str]]:
+    """[(name bound, module, attribute or "")] of the code's imports (`import numpy as np` -> ("np", "numpy", ""),
+    `from math import sqrt` -> ("sqrt", "math", "sqrt")): what the tests may use without importing it themselves."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0], "")
+                      for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(a.asname or a.name, node.module, a.name) for a in node.names if a.name != "*"]
+    return found
+
+
+# Modules the trusted side imports again for the code's `import X as name` only when a fresh import of them has no
+# effect of its own (opening a browser, printing, a GUI): the standard library but these, and data libraries.
+_NO_REIMPORT = {"antigravity", "this", "__hello__", "__phello__", "turtle", "turtledemo", "tkinter", "idlelib",
+                "webbrowser", "pydoc", "ensurepip", "venv", "pdb", "code", "site"}
+_DATA_LIBRARIES = {"numpy", "scipy", "pandas", "sympy", "networkx", "sortedcontainers", "more_itertools", "mpmath"}
+
+
+def _reimport(namespace: dict, module: str, attribute: str) -> Any:
+    top = module.split(".")[0]
+    if top in _NO_REIMPORT or not (top in sys.stdlib_module_names or top in _DATA_LIBRARIES):
+        raise ImportError(module)
+    load = namespace["__builtins__"]["__import__"]
+    value = load(module, fromlist=["_"] if "." in module else ())
+    if not attribute:
+        return value
+    try:
+        return getattr(value, attribute)
+    except AttributeError:
+        return load(f"{module}.{attribute}", fromlist=["_"])
+
+
+def _called(steps: list[tuple[str, str]]) -> set[str]:
+    """Names the tests call or pass on (`add(1, 2)`, `candidate = add`), not those they only read attributes of
+    (`np.isclose`: a module, never the code's function)."""
+    names, bases = set(), set()
+    for _, source in steps:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                bases.add(id(node.value))
+        names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                  and id(n) not in bases}
+    return names
+
+
 def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str, deadline: float,
-          log: list[str]) -> tuple[dict[int, bool], list[int], int]:
-    """Run the tests here, with each function the completion defines bound to a Proxy of its sandboxed process:
-    ({step: passed}, [test steps that could not be split], calls made). The expected values never leave this
-    process. A test that cannot be split goes to the in-sandbox harness; after a set-up step that cannot, every
-    later test does (it may use what that step set up)."""
+          log: list[str], code: str = "", prompt: str = "") -> tuple[dict[int, bool], list[int], int]:
+    """Run the tests here, with the completion's function(s) bound to a Proxy of its sandboxed process: ({step:
+    passed}, [test steps that could not run: they failed], calls made). The expected values never leave this
+    process, and only trusted objects judge: every name the tests use comes from the tests, the prompt (when it is
+    code), this process's own imports (a module the code imports is imported again here, under the same alias) or
+    is the code's function: the entry point, else (no entry point) a function or class the tests call by name. An
+    entry point, or a name the prompt (`prompt`, code or text) declares with `def`, must be a function in the code:
+    a class or an object there is not bound (its tests fail). Methods are asked only of objects the tests make from
+    the code's class."""
     namespace = _trusted_namespace(log)
     if trusted_prefix:
         try:  # the dataset's own prompt (helpers such as HumanEval's `poly`): trusted, and it wins over the code's
@@ -764,65 +881,68 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
                 namespace[name] = namespace["__builtins__"]["__import__"](name)
             except ImportError:
                 pass
-    wanted = [n for n in free if n == entry or (n not in namespace and n not in vars(builtins))]
-    if entry and entry not in wanted:
-        wanted.append(entry)
+    for name, module, attribute in _imports(code):  # the code's `import numpy as np`: the real module, imported here
+        if name in free and name != entry and name not in namespace and name not in vars(builtins):
+            try:
+                namespace[name] = _reimport(namespace, module, attribute)
+            except Exception:  # noqa: BLE001 (not importable here: the name stays unbound, its tests fail)
+                pass
+    functions = set(re.findall(r"\bdef\s+([A-Za-z_]\w*)\s*\(", prompt or ""))
+    classes = set(re.findall(r"\bclass\s+([A-Za-z_]\w*)\b", prompt or ""))
+    if entry:
+        functions |= {entry} - classes
+        wanted = [entry]
+    else:
+        called = _called(steps)
+        wanted = [n for n in free if n in called and n not in namespace and n not in vars(builtins)]
     calls = [0]
     remote = _Remote(session, deadline, calls)
-    described = session.names(wanted)
+    described = session.names(wanted) if wanted else {}
     for name in wanted:  # only what was asked for, and never over a name the prompt or the tests' set-up bound
-        entry_or_free = name == entry or name not in namespace
         found = described.get(name) if isinstance(described, dict) else None
-        if not entry_or_free or type(found) is not list or not found or type(found[0]) is not str:
+        if type(found) is not list or not found or type(found[0]) is not str:
             continue
-        try:
-            if found[0] in ("call", "class"):
-                namespace[name] = Proxy(remote, name, is_class=found[0] == "class")
-            elif found[0] == "data":
-                namespace[name] = _decode(found[1])
-            elif found[0] == "ref" and type(found[1]) is int:
-                namespace[name] = RemoteObject(remote, found[1], str(found[2])[:60] if len(found) > 2 else "object",
-                                               full=True)
-        except (ValueError, TypeError, IndexError, RecursionError, MemoryError, OverflowError):
-            continue
+        if found[0] == "call":
+            namespace[name] = Proxy(remote, name)
+        elif found[0] == "class" and name not in functions:
+            namespace[name] = Proxy(remote, name, is_class=True)
+        else:  # data or an object of the code's, or a class where a function is asked for: it answers nothing
+            log.append(f"'{name}' is not a function in the code ({str(found[0])[:20]})")
     results: dict[int, bool] = {}
     unsplit: list[int] = []
-    setup_unsplit = False
     helpers = _helpers(steps)
     counter = namespace[_COUNTER] = [0]
     for index, (kind, source) in enumerate(steps):
-        if setup_unsplit:
-            unsplit.append(index)
-            continue
         try:
             before = counter[0]
             exec(compile(_instrument(source, helpers), f"test_{index}", "exec"), namespace)
             ok = counter[0] > before  # a test passes only when a check of it ran and held
-        except Unsplittable:
-            unsplit.append(index)
-            setup_unsplit = kind == "setup"  # what it set up is not here: the tests after it run there too
-            continue
         except KeyboardInterrupt:
             raise
         except BaseException as err:  # SessionLost, AssertionError, a candidate's exception, a test's SystemExit
             ok = False
             log.append(f"{kind} {index} failed: {type(err).__name__}: {str(err)[:200]}")
+            if isinstance(err, Unsplittable):  # it would hand the code what must not cross: failed, counted
+                unsplit.append(index)
             if kind == "setup":  # the tests' own set-up failed: what they check is not there, the row fails
                 log.append("set-up failed")
-                return {i: False for i, (k, _) in enumerate(steps) if k == "test"}, [], calls[0]
+                tests = [i for i, (k, _) in enumerate(steps) if k == "test"]
+                return {i: False for i in tests}, tests if unsplit else [], calls[0]
         if kind == "test":
             results[index] = ok
             if not ok and counter[0] == before and not (log and log[-1].startswith(f"test {index} failed")):
                 log.append(f"test {index} failed: no check of it ran")
-    return results, [i for i in unsplit if steps[i][0] == "test"], calls[0]
+    return results, unsplit, calls[0]
 
 
-JUDGE_GRACE = 5.0  # seconds past `timeout` for the tests' own work and a sandbox start
+JUDGE_GRACE = 5.0  # seconds a completion's judging may take to start (a fresh helper process, a sandbox start)
+JUDGE_SLACK = 1.0  # seconds past `timeout` from its sandbox job's start: the tests' last work, the way back
 
 
-def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: float, memory_mb: int) -> dict:
-    """One completion, in the helper process: load its code in a sandbox, run the tests here on its answers, the
-    tests that cannot be split in the sandbox's harness (with the time left). JSON-able for the way back."""
+def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: float, memory_mb: int,
+                     prompt: str = "") -> dict:
+    """One completion, in the helper process: load its code in a sandbox and run the tests here on its answers
+    (`judge`; `prompt`: the row's prompt, which may declare the functions). JSON-able for the way back."""
     from grpokit import sandbox
 
     steps = [(str(kind), str(source)) for kind, source in steps]
@@ -835,7 +955,7 @@ def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: f
     with sandbox.serve(limits) as session:
         loaded = session.load(code)
         if loaded and loaded.get("loaded"):
-            results, unsplit, _ = judge(session, steps, entry, prefix, start + timeout, log)
+            results, unsplit, _ = judge(session, steps, entry, prefix, start + timeout, log, code, str(prompt or ""))
             if "set-up failed" in log:
                 status = "set-up failed (the tests' own set-up raised)"
         elif loaded and "load" in loaded:
@@ -848,21 +968,6 @@ def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: f
         status = "timeout"
     elif ended_early and not status:
         status = "exited before its tests" if run.returncode == 0 else f"crashed (exit code {run.returncode})"
-    left = timeout - (time.monotonic() - start)
-    if unsplit and status != "timeout":
-        if left <= 0.1:
-            status = "timeout"
-        else:  # the harness gets what is left of the time limit, not a second one
-            keep = set(unsplit) | {i for i, (kind, _) in enumerate(steps) if kind == "setup"}
-            harness_steps = [step if i in keep else ("skip", "") for i, step in enumerate(steps)]
-            token = secrets.token_hex(16)
-            fallback = sandbox.run_python(harness_program(code, harness_steps),
-                                          sandbox.Limits(timeout=left, memory_mb=memory_mb), f"3\n{token}\n".encode())
-            verdicts = count_passed(fallback.channel.decode("utf-8", "replace"), token, harness_steps)
-            results.update({i: verdicts.get(i, False) for i in unsplit})
-            log.append(fallback.stderr[-STDERR_TAIL:])
-            if fallback.timed_out:
-                status = "timeout"
     stderr = "\n".join(x for x in (run.stderr.strip(), *log) if x)
     return {"results": sorted(results.items()), "status": status, "stderr": clean_tail(stderr),
             "unsplit": len(unsplit)}
@@ -1074,7 +1179,7 @@ class CodeExecution(RewardComponent):
             if self.sandbox_url:
                 results, status, stderr = self._external(code, steps)
             else:
-                results, status, stderr, details["unsplit"] = self._local(code, steps, entry or "", prefix)
+                results, status, stderr, details["unsplit"] = self._local(code, steps, entry or "", prefix, named_by)
         except SandboxError as err:
             return None, {**details, "status": "sandbox error", "stderr": clean_tail(str(err))}
         passed = sum(1 for i, (kind, _) in enumerate(steps) if kind == "test" and results.get(i))
@@ -1139,7 +1244,7 @@ class CodeExecution(RewardComponent):
         return (1.0 if passed == len(cases) else 0.0), details
 
     def _local(self, code: str, steps: list[tuple[str, str]], entry: str,
-               prefix: str) -> tuple[dict[int, bool], str, str, int]:
+               prefix: str, prompt: str = "") -> tuple[dict[int, bool], str, str, int]:
         """({step: passed}, status ('' = by the tests), stderr, unsplit steps) with the local sandbox. The tests
         run in a helper process (grpokit/sandbox.py `trusted_call`), killed at the deadline: whatever the code's
         answers make them do (a hash-colliding set, a huge number in a test's arithmetic), the trainer waits on a
@@ -1147,7 +1252,7 @@ class CodeExecution(RewardComponent):
         from grpokit import sandbox
 
         payload = {"code": code, "steps": [list(step) for step in steps], "entry": entry, "prefix": prefix,
-                   "timeout": self.timeout, "memory_mb": self.memory_mb}
+                   "timeout": self.timeout, "memory_mb": self.memory_mb, "prompt": prompt}
         answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, self.timeout + JUDGE_GRACE)
         if answer is None:
             return {}, "timeout", "the tests on its answers ran past the time limit", 0
