@@ -423,7 +423,7 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
         return format_mbpp({**row, "text": text if isinstance(text, str) else "", "prompt": None})
 
     def fmt_io(row: Row) -> Mapped:
-        # rows as _io_row left them: the statement as `prompt`, the cases as JSON in `io_cases`
+        # rows as io_problem_row left them: the statement as `prompt`, the cases as JSON in `io_cases`
         from rewards.code_io import call_tests
 
         prompt = _as_messages(row.get("prompt"))
@@ -506,7 +506,7 @@ FORMAT_FIELDS = {"preference": ("prompt", "chosen", "rejected"), "messages": (),
                  "prompt": ("prompt",)}
 
 
-def _io_row(row: Row, names: FieldNames, where: str) -> Row:
+def io_problem_row(row: Row, names: FieldNames, where: str) -> Row:
     """A standard-input / call-based problem as `prompt` (its statement, the starter code, and how to answer) and
     `io_cases` (JSON, rewards/code_io.py's one form); unreadable cases are one line naming the row."""
     from rewards.code_io import io_cases
@@ -668,7 +668,7 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
         if fmt == "tests":
             row = _tests_as_list(row, f"{path}:{lineno}")
         if fmt == "io":
-            row = _io_row(row, names, f"{path}:{lineno}")
+            row = io_problem_row(row, names, f"{path}:{lineno}")
         if fmt == "qa":
             row = _qa_answers(row, names, f"{path}:{lineno}")
         rows.append(row)
@@ -1170,7 +1170,8 @@ def as_grpo_dataset(dataset, config):
     report = DatasetReport(source="the dataset passed to train()", format=fmt, dataset=origin)
     rows = [_message_texts(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)]
     rows = [_tests_as_list(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "tests" else rows
-    rows = [_io_row(r, names, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "io" else rows
+    if fmt == "io":
+        rows = [io_problem_row(r, names, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)]
     rows = [_qa_answers(r, names, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "qa" else rows
     _uniform_columns(rows, "train(dataset)")
     raw = datasets.Dataset.from_list([{k: v for k, v in r.items() if k != "prompt_text"} for r in rows])

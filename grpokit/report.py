@@ -268,6 +268,8 @@ def _side(label: str, entry: dict[str, Any]) -> str:
         parts += [f"<span>{_e(name)} {_e(_fmt(value))}</span>" for name, value in rewards.items()]
     meta = f"{entry.get('completion_tokens', '?')} tokens"
     tag = '<span class="tag">cut at the length limit</span>' if entry.get("truncated") else ""
+    if entry.get("hack_suspected"):  # the code reward's monitor flagged this completion (docs/code-tasks.md)
+        tag += f'<span class="tag">hack suspected: {_e(", ".join(map(str, entry["hack_suspected"])))}</span>'
     return (f'<div class="side"><div class="label">{_e(label)} · step {_e(entry.get("global_step", "?"))} · '
             f'{_e(meta)}{tag}</div><div class="text">{_e(entry.get("generated", ""))}</div>'
             f'<div class="rewards">{"".join(parts)}</div></div>')

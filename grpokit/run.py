@@ -350,10 +350,22 @@ class GRPOTrainer:
         path = Path(self.config.output_dir).expanduser() / TRAINING_LOG
         close = add_file_logging(path)
         if close is not None:
-            for notice in self.notices:
+            for notice in [*self.notices, *self._sandbox_lines()]:
                 log.info("%s", notice, extra={"file_only": True})
             link_latest_log(path)  # ./grpo_training.log, where the spec's `tail -f` looks
         return close
+
+    def _sandbox_lines(self) -> list[str]:
+        """What the code sandbox enforces on this machine, for the run's log file (the console said it when the reward
+        was built, before the file opened): only where a code reward runs code here."""
+        from rewards.code import CodeExecution
+
+        components = self.reward_set.components if self.reward_set is not None else []
+        if not any(isinstance(c, CodeExecution) and not c.sandbox_url for c in components):
+            return []
+        from grpokit import sandbox
+
+        return [sandbox.describe()]
 
     def _print_header(self, trainer) -> None:
         """The start of the run on one screen: model, backend, engine, data, rewards, steps and batch shape (the

@@ -183,6 +183,17 @@ def check_columns(reward_set: RewardSet, columns: set[str], source: str) -> None
             )
 
 
+def _flagged(reward_set: RewardSet, count: int) -> list[list[str]]:
+    """What the code reward's monitor flagged in each of the last call's `count` completions (its last_details)."""
+    found: list[set[str]] = [set() for _ in range(count)]
+    for component in reward_set.components:
+        details = getattr(component, "last_details", None) or []
+        if len(details) == count:
+            for i, detail in enumerate(details):
+                found[i].update(detail.get("suspected") or ())
+    return [sorted(reasons) for reasons in found]
+
+
 def score_rows(reward_set: RewardSet, rows: list[dict[str, Any]], timeout: float = 0.0) -> list[dict[str, Any]]:
     """`--score-completions`: each row's component scores and weighted total; for groups, mean/std and the
     zero-variance flag (a group whose completions all score the same gives GRPO no signal)."""
@@ -199,6 +210,7 @@ def score_rows(reward_set: RewardSet, rows: list[dict[str, Any]], timeout: float
             raise UsageError(f"row {index + 1}: {err}; fix the reward function.") from None
         totals = weighted_total(per, reward_set.weights)
         result: dict[str, Any] = {"index": index}
+        flagged = _flagged(reward_set, len(completions))
         if isinstance(group, list):
             mean = sum(totals) / len(totals) if totals else 0.0
             std = math.sqrt(sum((t - mean) ** 2 for t in totals) / max(1, len(totals) - 1)) if len(totals) > 1 else 0.0
@@ -207,9 +219,13 @@ def score_rows(reward_set: RewardSet, rows: list[dict[str, Any]], timeout: float
                 scores={k: v for k, v in per.items()},
                 total=totals, group_mean=mean, group_std=std, zero_variance=std < 1e-9,
             )
+            if any(flagged):
+                result["hack_suspected"] = flagged
         else:
             result.update(completion=completion_text(completions[0]), scores={k: v[0] for k, v in per.items()},
                           total=totals[0])
+            if flagged[0]:
+                result["hack_suspected"] = flagged[0]
         results.append(result)
     return results
 

@@ -63,7 +63,7 @@ def preview_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str
 def _map_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[tuple[dict[str, Any] | None, str | None]]]:
     """(format, (mapped row, drop reason) per row); (None, None) for a row of another shape than the first (the
     preview scores it as it is) and for every row when no custom format fits."""
-    from data_loader import FieldNames, detect_custom_format, make_custom_formatter
+    from data_loader import FieldNames, detect_custom_format, io_problem_row, make_custom_formatter
 
     names = FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field)
     data = [{k: v for k, v in row.items() if k not in ("completion", "completions")} for row in rows]
@@ -72,10 +72,15 @@ def _map_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[tuple[dict[
         return "", [(None, None)] * len(data)
     formatter = make_custom_formatter(fmt, names)
     mapped = []
-    for row in data:
+    for number, row in enumerate(data, 1):
+        if detect_custom_format(row, names) != fmt:  # a row of another shape: the preview scores it as it is
+            mapped.append((None, None))
+            continue
         try:
+            if fmt == "io":  # the cases in the one form a run maps (data_loader.io_problem_row)
+                row = io_problem_row(row, names, f"--score-completions row {number}")
             mapped.append(formatter(row))
-        except (KeyError, TypeError, ValueError):  # a row of another shape: the preview scores it as it is
+        except (KeyError, TypeError, ValueError):
             mapped.append((None, None))
     return fmt, mapped
 

@@ -36,4 +36,6 @@ def test_code_generation_preset_runs_end_to_end(tmp_path):
     assert 0.0 <= summary["generation_eval"]["pass@1"] <= summary["generation_eval"]["pass@2"] <= 1.0
     assert "code sandbox" in result.stderr  # what the sandbox enforces, said once at the start
     assert "code reward: up to " in result.stderr  # and how many completions it runs at once
+    log = (out / "grpo_training.log").read_text()  # the run's record says both too, with each step's code metrics
+    assert "code sandbox (" in log and "code/hack_suspected=" in log and "code/unsplit_tests=0" in log
     assert sandbox_leftovers() <= before  # every sandbox's cgroups, mount point and processes went with the run

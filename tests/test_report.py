@@ -387,3 +387,13 @@ def test_report_renders_in_a_real_browser(tmp_path):
     assert shot.exists(), run.stderr[-2000:]
     assert png_size(shot) == (1200, 2000)
     assert png_distinct_colours(shot) > 20  # a blank (or error) page has a handful of colours
+
+
+def test_report_shows_what_the_code_monitor_flagged(tmp_path):
+    out = make_run(tmp_path, "single")
+    final_log = out / "generation_logs" / "generation_log_step_6.json"
+    entries = json.loads(final_log.read_text())
+    entries[0]["hack_suspected"] = ["frames", "ran frames: sys._getframe"]
+    final_log.write_text(json.dumps(entries))
+    page = report.write_report(out).read_text(encoding="utf-8")
+    assert page.count("hack suspected: frames, ran frames: sys._getframe") == 1
