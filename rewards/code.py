@@ -17,15 +17,16 @@ placeholders are not counted. A test passes only when it raised nothing and at l
 cannot provide, no check at all) are refused (LayoutError, a UsageError) at the first row.
 
 Where the verdict is decided: the completion's code is loaded in a sandboxed process (grpokit/sandbox.py) that only
-answers calls. The tests run here, in the trainer's process, with every function the code defines bound to a
+answers calls. The tests run here, in a helper process of the trainer's, with the code's function(s) bound to a
 `Proxy`: `candidate([1, 2])` sends its arguments as plain data, the sandbox calls the function and sends back the
 result as plain data (exact builtin types, decoded strictly), and the assertion (`== EXPECTED`, `abs(...) < tol`,
 `math.isclose`, `set(...) ==`, a helper of the prompt applied to the result) is evaluated here on that data with
 Python's own semantics. So the expected values never enter the process that runs the completion, and nothing it
 does there (rebinding builtins, walking frames, exit hooks, objects equal to everything, forging result lines)
-reaches the comparison. Tests that cannot be split into plain-data calls (a callback argument, an instance of the
-code's own class) run in the sandbox with a harness bound before the code loads, and are counted
-(`code/unsplit_tests`): that path is only as strong as one interpreter shared with hostile code.
+reaches the comparison. Only trusted objects judge (`judge`): the names the tests use come from the tests, the prompt
+(as code) or this side's own imports, never the code's objects; an argument that is not plain data (a callback, an
+iterator, an object of the tests' class) stays here as a handle the code pulls through the pipe (`_Remote.answer`).
+Every test runs here: there is no in-sandbox harness (what must not cross fails, counted in `code/unsplit_tests`).
 """
 
 from __future__ import annotations
@@ -979,8 +980,8 @@ def _decode(data: Any) -> Any:
     return sandbox.decode(data)
 
 
-# The in-sandbox harness, for the tests that cannot be split (scored with the completion's code in the same process:
-# counted in code/unsplit_tests). Every harness function is bound before the completion loads; results go to the fd
+# The in-program harness, for an external sandbox service only (SandboxFusion: the whole program runs there, verdict
+# included). Every harness function is bound before the completion loads; results go to the fd
 # named on stdin's first line, one line per test tagged with the token on its second; a test that reports twice, or 0 anywhere, failed.
 _HARNESS = r"""
 def _harness(solution, steps, _os=__import__("os"), _sys=__import__("sys"), _exec=exec, _compile=compile,
@@ -1046,9 +1047,8 @@ class CodeExecution(RewardComponent):
 
     The verdict is decided where the completion's code cannot reach it: the code runs in a sandbox
     (grpokit/sandbox.py) and only answers calls (`candidate(3)` -> 7) with plain data; the tests, with their
-    expected values, run in this process on those answers. Tests that cannot be split that way (a callback
-    argument, the code's own class) run in the sandbox with a harness bound before the code loads, and are counted
-    in `code/unsplit_tests`. The code: the first ```python block defining the entry point, else the longest block,
+    expected values, run in a helper process on those answers; the tests' own objects (a callback, an iterator) stay
+    there as handles, and what must not cross fails, counted in `code/unsplit_tests`. The code: the first ```python block defining the entry point, else the longest block,
     else the whole completion; with the function's prompt known (HumanEval: `code_prompt`), the prompt goes first,
     so a continuation (the body only) and a restated function both run, and the prompt's own helpers are the ones
     the tests use. The hack monitor (rewards/code_monitor.py) flags code that reaches for what a solution never
