@@ -100,6 +100,7 @@ class Execution:
     duration: float
     channel: bytes = b""  # what the program wrote to fd 3
     truncated: bool = False
+    events: tuple[str, ...] = ()  # what the run-time monitor saw the code do (sandbox_worker.install_monitor)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -534,8 +535,10 @@ class Job:
             self.sandbox.alive = False
         out, err = (bytes(self.tails[fd]).decode("utf-8", "replace") for fd in (self.stdout, self.stderr))
         timed_out = bool(answer["timed_out"])
+        events = answer.get("events")
+        events = tuple(str(e)[:160] for e in events[:64]) if isinstance(events, list) else ()
         return Execution(None if timed_out else answer["returncode"], out, err, timed_out,
-                         time.monotonic() - self.start, bytes(self.inbox), self.truncated)
+                         time.monotonic() - self.start, bytes(self.inbox), self.truncated, events)
 
 
 # -----------------------------------------------------------------------------------------------------------------

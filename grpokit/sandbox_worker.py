@@ -377,7 +377,157 @@ def _reap():
             return
 
 
-def _child(header, fds, workdir):
+# ---------------------------------------------------------------------------------------------------------------
+# The run-time monitor: audit events of the job's code, written to the zygote as they happen
+# ---------------------------------------------------------------------------------------------------------------
+
+CODE_FILES = ("solution.py", "main.py")  # where the completion's code runs (the harness's tests are "test_<n>")
+# events that no solution needs, whoever raises them (the code itself, or a module it calls)
+_ALWAYS = {
+    "gc.get_objects": "gc", "gc.get_referrers": "gc", "gc.get_referents": "gc", "sys._current_frames": "frames",
+    "sys.settrace": "tracing", "sys.setprofile": "tracing", "sys._settraceallthreads": "tracing",
+    "sys._setprofileallthreads": "tracing", "sys.addaudithook": "tracing", "sys.monitoring.register_callback":
+    "tracing", "subprocess.Popen": "subprocess", "os.system": "subprocess", "os.exec": "subprocess",
+    "os.posix_spawn": "subprocess", "os.spawn": "subprocess", "os.fork": "processes", "os.forkpty": "processes",
+    "pty.spawn": "subprocess", "os.kill": "signals", "os.killpg": "signals", "signal.pthread_kill": "signals",
+    "code.__new__": "bytecode", "function.__new__": "bytecode", "urllib.Request": "network",
+    "http.client.connect": "network", "ftplib.connect": "network", "smtplib.connect": "network",
+    "os.chroot": "files", "mmap.__new__": "raw memory",
+}
+_PREFIXES = {"ctypes.": "ctypes", "socket.": "network", "_posixsubprocess.": "subprocess", "sys.remote_exec": "frames"}
+_PATH_EVENTS = {"open", "os.listdir", "os.scandir", "os.chdir", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
+                "os.chmod", "os.chown", "os.truncate", "os.link", "os.symlink", "os.utime", "glob.glob",
+                "shutil.rmtree", "shutil.copyfile", "shutil.move", "os.walk", "os.fwalk"}
+_WATCHED_IMPORTS = {"ctypes": "ctypes", "_ctypes": "ctypes", "inspect": "frames", "gc": "gc", "subprocess":
+                    "subprocess", "_posixsubprocess": "subprocess", "atexit": "exit hook", "pty": "subprocess",
+                    "faulthandler": "faulthandler", "mmap": "raw memory", "tracemalloc": "tracing",
+                    "_testcapi": "raw memory", "_xxsubinterpreters": "interpreter", "trace": "tracing",
+                    "importlib": "import machinery", "urllib": "network", "http": "network", "ssl": "network",
+                    "_socket": "network", "socket": "network", "signal": "signals", "multiprocessing": "processes"}
+_FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code", "gi_code", "cr_code", "ag_code",
+                "__code__", "__globals__", "f_back", "f_locals", "f_globals", "f_builtins"}
+_QUIET_ORIGINS = ("<frozen ", "linecache.py", "tokenize.py", "traceback.py", "zipimport.py")  # imports, tracebacks
+_DEVICES = ("/dev/null", "/dev/urandom", "/dev/random", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/zero")
+
+
+def install_monitor(report_fd, harness=False):
+    """Add an audit hook (PEP 578) that writes `label: event detail` lines to `report_fd` (non-blocking, each line
+    once, at most 64) as the events happen, so a process that ends itself (os._exit, a signal) has already told.
+    Installed before the code loads; a hook cannot be removed. What it reports is what the code *did*; what it does
+    not report proves nothing (code that raises no event, or that reaches this hook's state through `gc`, which is
+    reported first), so the host also reads the code (rewards/code_monitor.py)."""
+    import builtins
+
+    os.set_blocking(report_fd, False)
+    cwd = os.path.realpath(os.getcwd())
+    system = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p})
+    write, getframe, isinstance_, str_, sent, busy = os.write, sys._getframe, isinstance, str, set(), [False]
+    baseline = dict(vars(builtins))
+    worker = sys.modules.get("__main__")  # this file (python -c): the code must not patch its replies
+    worker_baseline = dict(vars(worker)) if worker is not None else {}
+
+    def mine(frame):
+        name = frame.f_code.co_filename
+        return name in CODE_FILES and not (harness and frame.f_code.co_name == "_harness")
+
+    def origin(frame):
+        """The first frame outside the import machinery: the code (True), a library (its file name)."""
+        while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+            frame = frame.f_back
+        if frame is None:
+            return ""
+        return True if mine(frame) else frame.f_code.co_filename
+
+    def outside(path, mode):
+        if isinstance_(path, int):
+            return path > 2
+        if isinstance_(path, bytes):
+            path = path.decode("utf-8", "replace")
+        if not isinstance_(path, str):
+            return False
+        full = os.path.realpath(os.path.join(cwd, path))
+        if full == cwd or full.startswith(cwd + "/"):
+            return False
+        reading = not any(c in str_(mode or "r") for c in "wax+")
+        return not (reading and (full.startswith(system) or full in _DEVICES))
+
+    def classify(event, args, frame):
+        label = _ALWAYS.get(event) or next((v for k, v in _PREFIXES.items() if event.startswith(k)), None)
+        if label:
+            return label, ""
+        if event == "import":  # attributed to the first frame outside the import machinery
+            top = str_(args[0]).split(".")[0] if args else ""
+            return (_WATCHED_IMPORTS[top], str_(args[0])) if top in _WATCHED_IMPORTS and origin(frame) is True else None
+        inner = frame.f_code.co_filename if frame is not None else ""
+        if inner.startswith("<frozen ") or inner.endswith(_QUIET_ORIGINS):
+            return None  # the import machinery loading a module, a traceback being printed
+        who = True if mine(frame) else inner
+        library = "" if who is True else who.rsplit("/", 1)[-1]
+        if event in ("sys._getframe", "sys._getframemodulename"):
+            return ("frames", "") if who is True or library in ("inspect.py", "traceback.py") else None
+        if who is not True:
+            if event in _PATH_EVENTS and args and outside(args[0], args[1] if len(args) > 1 else "r"):
+                return ("file descriptors" if isinstance_(args[0], int) else "files outside its dir"), \
+                    str_(args[0])[:80]
+            return None
+        if event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS:
+            return "frames", str_(args[1])
+        if event == "compile" and args:
+            source = args[0]
+            if not isinstance_(source, (str, bytes)):
+                return "exec", "an AST"
+            try:
+                compile(source, "<expression>", "eval")  # an expression (eval of arithmetic): its effects are events
+            except BaseException:
+                return "exec", "a string of statements"
+            return None
+        if event == "exec" and args and getattr(args[0], "co_filename", "<string>") not in ("<string>", "<expression>"):
+            return "exec", "a code object"
+        if event in ("marshal.loads", "marshal.load"):
+            return "bytecode", event
+        if event in _PATH_EVENTS and args and outside(args[0], args[1] if len(args) > 1 else "r"):
+            return ("file descriptors" if isinstance_(args[0], int) else "files outside its dir"), str_(args[0])[:80]
+        return None
+
+    def report(label, detail):
+        line = f"{label}: {detail}".strip(": ")[:160]
+        if line in sent or len(sent) >= 64:
+            return
+        sent.add(line)
+        try:
+            write(report_fd, (line.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    def hook(event, args):
+        if busy[0]:
+            return
+        busy[0] = True
+        try:
+            found = classify(event, args, getframe(1))
+            if found:
+                report(found[0], found[1] or event)
+        except BaseException:
+            pass
+        finally:
+            busy[0] = False
+
+    def changed():
+        """Builtins the code rebound (the tests look names up there): checked after it loads, after each request
+        and at the end."""
+        now = vars(builtins)
+        names = sorted(k for k in set(now) | set(baseline) if now.get(k, hook) is not baseline.get(k, hook))
+        if names:
+            report("rebinding", "builtins." + ", ".join(names)[:100])
+        now = vars(worker) if worker is not None else {}
+        if any(now.get(k, hook) is not v for k, v in worker_baseline.items()):
+            report("the harness", "its functions rebound")
+
+    sys.addaudithook(hook)
+    return changed
+
+
+def _child(header, fds, workdir, report_fd=-1):
     """In the forked child: the job's pipes on fds 0-3, limits, a clean environment, then the job."""
     import ctypes
     import resource
@@ -385,7 +535,9 @@ def _child(header, fds, workdir):
     ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again: its own /proc/self is readable; the zygote stays closed
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
-    os.closerange(4, 1 << 16)
+    if report_fd >= 0:  # the run-time monitor's pipe to the zygote: fd 4
+        os.dup2(report_fd, 4)
+    os.closerange(5 if report_fd >= 0 else 4, 1 << 16)
     os.setsid()
     os.chdir(workdir)
     os.environ.clear()
@@ -401,13 +553,17 @@ def _child(header, fds, workdir):
     sys.stderr = open(2, "w", closefd=False)
     sys.argv = ["main.py"]
     code = 0
+    watch = [None] if report_fd >= 0 else []  # install_monitor's check of rebound builtins, once it is installed
     try:
         if header["kind"] == "serve":
-            _serve()
+            _serve(watch)
         else:
             program = read_frame(0)["program"]  # over the job's own pipe: the zygote never holds it
             namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-            exec(compile(program, "main.py", "exec"), namespace)
+            compiled = compile(program, "main.py", "exec")
+            if report_fd >= 0:  # the unsplit tests' harness (rewards/code.py) runs the code as solution.py
+                watch[0] = install_monitor(4, harness=program.lstrip().startswith("def _harness(solution, steps,"))
+            exec(compiled, namespace)
     except SystemExit as err:
         code = err.code if type(err.code) is int else (0 if err.code is None else 1)
     except BaseException:
@@ -416,6 +572,8 @@ def _child(header, fds, workdir):
         traceback.print_exc()
         code = 1
     try:
+        if watch and watch[0]:
+            watch[0]()
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:
@@ -540,22 +698,30 @@ def _describe(objects, value):
         return ["ref", objects.handle(value), type(value).__name__[:60]]
 
 
-def _serve():
-    """Load the solution (the first request), then answer requests until stdin closes."""
+def _serve(watch=()):
+    """Load the solution (the first request), then answer requests until stdin closes. `watch`: [None] to install
+    the run-time monitor just before the code loads (its check of rebound builtins runs after each request)."""
     request = read_frame(0)
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
     objects = _Objects(namespace)
     try:
-        exec(compile(request["solution"], "solution.py", "exec"), namespace)
+        compiled = compile(request["solution"], "solution.py", "exec")
+        if watch:
+            watch[0] = install_monitor(4)
+        exec(compiled, namespace)
     except BaseException as err:
         _reply_error(err, "load")
         return
+    if watch:
+        watch[0]()
     write_frame(3, {"loaded": True})
     while True:
         request = read_frame(0)
         if request is None:
             return
         _handle(namespace, objects, request)
+        if watch:
+            watch[0]()
 
 
 def _handle(namespace, objects, request):
@@ -607,6 +773,23 @@ def _reply_error(err, key):
     write_frame(3, {key: type(err).__name__, "message": message})
 
 
+def _read_events(fd):
+    """The monitor's lines the job left in its pipe (at most 64 distinct, 16 KiB read); the pipe is closed."""
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while len(data) < 16384:
+            chunk = os.read(fd, 16384 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    os.close(fd)
+    lines = data.decode("utf-8", "replace").splitlines()
+    return sorted({line[:160] for line in lines if line.strip()})[:64]
+
+
 def zygote(control_fd, workdir, pidns):
     """Serve jobs from the control socket until it closes. `workdir`: the job's cwd and HOME, emptied before and
     after each job; `pidns`: this is pid 1 of its own pid, IPC and mount namespaces (leftovers are every other
@@ -637,10 +820,13 @@ def zygote(control_fd, workdir, pidns):
             jobdir = _fresh(workdir)  # a new directory for the job, nothing of the one before left
         except OSError:
             return
+        report_r, report_w = os.pipe()  # the run-time monitor's events (install_monitor), read after the job
         pid = os.fork()
         if pid == 0:
             control.close()
-            _child(header, fds, jobdir)
+            os.close(report_r)
+            _child(header, fds, jobdir, report_w)
+        os.close(report_w)
         for fd in fds:
             os.close(fd)
         timed_out = False
@@ -671,8 +857,9 @@ def zygote(control_fd, workdir, pidns):
                 _remove_ipc()
         except OSError as err:
             dirty = f"cleanup failed: {type(err).__name__}"
+        events = _read_events(report_r)
         write_frame(control_fd, {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out,
-                                 "dirty": dirty})
+                                 "dirty": dirty, "events": events})
         if dirty:
             return  # the namespace and its tmpfs go with this process; the host starts a fresh sandbox
 

