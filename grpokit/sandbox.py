@@ -7,16 +7,18 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
   * user: not root. As root the sandbox drops to uid/gid 65534 (`SANDBOX_UID`) after setting up its namespaces, so
     root-owned files (tokens, keys, sockets) are closed to it even where a path were visible; as another user, an
     unprivileged user namespace maps its root to that user, with every capability dropped;
-  * files: a root of its own (pivot_root onto a small read-only tmpfs) holding only the interpreter's prefix and
-    the system's /usr, /bin, /lib read-only, a /dev with null, zero, random and urandom, its own /proc, and a
-    size-limited tmpfs /tmp where each job gets a fresh directory as its cwd and HOME (removed afterwards without
-    recursion: thousands of nested directories cannot stop it). No home directories, caches, project or output
-    directories, other sandboxes, unix sockets or the host's /tmp;
-  * namespaces: network (a loopback that is down), mount, pid (the zygote is pid 1: the code cannot signal it, and
-    a daemon the code leaves behind is killed after its job), IPC (no host SysV shared memory or queues), UTS and
-    cgroup;
+  * files: a root of its own (pivot_root onto a small read-only tmpfs) holding only the interpreter's prefix, the
+    environment's own packages (`site_dirs()`: a venv's site-packages, at /opt/site-N when outside the system
+    directories) and the system's /usr, /bin, /lib read-only, a /dev with null, zero, random and urandom, its own
+    /proc, and a size-limited tmpfs /tmp where each job gets a fresh directory as its cwd and HOME (removed
+    afterwards without recursion: thousands of nested directories cannot stop it). No home directories, caches,
+    project or output directories, other sandboxes, unix sockets or the host's /tmp;
+  * namespaces: network (a loopback that is down), mount, pid (the zygote is pid 1 and ignores every signal the
+    code can send it, and a daemon the code leaves behind is killed after its job), IPC (no host SysV shared memory
+    or queues), UTS and cgroup;
   * a seccomp filter: no nested user or other namespaces, no ptrace or process_vm_*, no keyrings, no mounts, no
-    bpf / perf / userfaultfd / io_uring; the zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
+    bpf / perf / userfaultfd / io_uring / AIO / inotify / fanotify / syslog, sockets of the unix, IPv4 and IPv6
+    families only (no AF_VSOCK); the zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
   * cgroups (v1 memory/cpu/pids, or v2 where this process may create child groups): `memory_mb` for the whole
     sandbox (the tmpfs included), one CPU, `processes` tasks; plus per-job rlimits (CPU seconds, address space,
     file size, open files, no core files);
@@ -62,7 +64,8 @@ from grpokit.sandbox_worker import decode, encode, read_frame, write_frame
 
 log = logging.getLogger("grpo")
 
-ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED")
+ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED",
+               "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 SANDBOX_UID = 65534  # "nobody": owns nothing on the host
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 WORKER_SOURCE = Path(sandbox_worker.__file__).read_text(encoding="utf-8")
@@ -149,16 +152,51 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 def interpreter() -> str:
-    """The interpreter the sandbox runs (with -I -S: stdlib only): GRPO_SANDBOX_PYTHON, else the real interpreter
-    behind this one (a venv's python is a link to it)."""
+    """The interpreter the sandbox runs (with -I -S, its path set to the stdlib and `site_dirs()`):
+    GRPO_SANDBOX_PYTHON, else the real interpreter behind this one (a venv's python is a link to it)."""
     return os.path.realpath(os.environ.get("GRPO_SANDBOX_PYTHON") or getattr(sys, "_base_executable", None)
                             or sys.executable)
 
 
+def site_dirs() -> list[str]:
+    """This environment's own package directories, which the sandbox shows read-only so the code imports what the
+    official harnesses would give it (numpy, pandas): sysconfig's purelib and platlib (a venv's site-packages), and
+    the directories its .pth files name inside this environment's prefix (not an editable install's project
+    checkout, nor the .pth files' `import` lines). None with GRPO_SANDBOX_PYTHON (another interpreter: stdlib
+    only)."""
+    import sysconfig
+
+    if os.environ.get("GRPO_SANDBOX_PYTHON"):
+        return []
+    found: list[str] = []
+    paths = sysconfig.get_paths()
+    for key in ("purelib", "platlib"):
+        path = os.path.realpath(paths.get(key) or "")
+        if os.path.isdir(path) and path not in found:
+            found.append(path)
+    prefix = os.path.realpath(sys.prefix)
+    for directory in list(found):
+        for pth in sorted(Path(directory).glob("*.pth")):
+            try:
+                lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                line = line.strip()
+                if not line or line.startswith(("#", "import ", "import\t")):
+                    continue
+                path = os.path.realpath(os.path.join(directory, line))
+                if path.startswith(prefix.rstrip("/") + "/") and os.path.isdir(path) and path not in found:
+                    found.append(path)
+    return [path for path in found if ":" not in path and "=" not in path]
+
+
 def _mounts() -> list[tuple[str, str]]:
     """(host path, path inside) of what the sandbox's root shows, read-only: the system's libraries where they
-    are, and the interpreter's prefix at /opt/python-N when it lives elsewhere (a pyenv or conda prefix under a
-    home directory: the sandbox sees the interpreter, not the home directory around it)."""
+    are, the interpreter's prefix at /opt/python-N when it lives elsewhere (a pyenv or conda prefix under a
+    home directory: the sandbox sees the interpreter, not the home directory around it), and each of
+    `site_dirs()` not already inside one of those at /opt/site-N (a venv inside the project checkout: the sandbox
+    sees its site-packages, not the project around it)."""
     prefixes = [os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix),
                 os.path.dirname(os.path.dirname(interpreter()))]
     mounts = [(p, p) for p in SYSTEM_DIRS if os.path.lexists(p)]
@@ -167,6 +205,10 @@ def _mounts() -> list[tuple[str, str]]:
                if not os.path.islink(host)):
             continue
         mounts.append((prefix, f"/opt/python-{len(mounts)}"))
+    for path in site_dirs():
+        if not any(path == host or path.startswith(host.rstrip("/") + "/") for host, _ in mounts
+                   if not os.path.islink(host)):
+            mounts.append((path, f"/opt/site-{len(mounts)}"))
     return [(host, inside) for host, inside in mounts if ":" not in host and "=" not in host]
 
 
@@ -180,18 +222,21 @@ def _inside(path: str) -> str:
 
 class _Cgroups:
     """A memory / cpu / pids group for one sandbox (cgroup v1 hierarchies, or a v2 group where delegation allows
-    one). `procs`: the cgroup.procs files the launcher writes its pid to; `kinds`: what was capped."""
+    one), or a memory group only (`helper`: a helper process that runs the tests, `limits.memory_mb` its cap).
+    `procs`: the cgroup.procs files the launcher writes its pid to; `kinds`: what was capped."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, helper: bool = False):
         self.dirs: list[Path] = []
         self.procs: list[str] = []
         self.kinds: list[str] = []
-        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        name = f"{PREFIX}{os.getpid()}-{'helper-' if helper else ''}{secrets.token_hex(4)}"
         memory = str((limits.memory_mb + limits.disk_mb) << 20)
         if (CGROUP_ROOT / "memory" / "cgroup.procs").exists():
             own = _own_cgroup("memory")
             self._make(CGROUP_ROOT / "memory" / own.lstrip("/") / name, "memory",
                        {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory})
+            if helper:
+                return
             self._make(CGROUP_ROOT / "cpu" / _own_cgroup("cpu").lstrip("/") / name, "cpu",
                        {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"})
             self._make(CGROUP_ROOT / "pids" / _own_cgroup("pids").lstrip("/") / name, "pids",
@@ -204,6 +249,8 @@ class _Cgroups:
                 enabled = []
             files = {"memory.max": memory, "memory.swap.max": "0", "cpu.max": "100000 100000",
                      "pids.max": str(limits.processes)}
+            if helper:
+                files = {"memory.max": memory, "memory.swap.max": "0"}
             wanted = {k: v for k, v in files.items() if k.split(".")[0] in enabled}
             if wanted:
                 self._make(parent / name, "v2", wanted)
@@ -226,6 +273,18 @@ class _Cgroups:
         if wrote:
             self.procs.append(str(path / "cgroup.procs"))
             self.kinds.append(kind)
+
+    def oom_kills(self) -> int:
+        """How many processes the memory cap's OOM killer ended in this group."""
+        for path in self.dirs:
+            for name in ("memory.oom_control", "memory.events"):
+                try:
+                    for line in (path / name).read_text().splitlines():
+                        if line.startswith("oom_kill "):
+                            return int(line.split()[1])
+                except (OSError, ValueError):
+                    continue
+        return 0
 
     def remove(self) -> None:
         for path in self.dirs:
@@ -250,7 +309,11 @@ def _remove_cgroup(path: Path) -> None:
 
 
 def _own_cgroup(controller: str) -> str:
-    """This process's group in `controller`'s hierarchy ("" = cgroup v2)."""
+    """This process's group in `controller`'s hierarchy ("" = cgroup v2); in a helper process, its trainer's (the
+    helper's own is its memory cap: its sandboxes' groups go beside it, not under it)."""
+    parents = _STATE.get("cgroup_parents")
+    if isinstance(parents, dict) and isinstance(parents.get(controller), str):
+        return parents[controller]
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, names, path = line.split(":", 2)
@@ -312,17 +375,18 @@ class Sandbox:
         env = {**_ENV, **({"LD_LIBRARY_PATH": ":".join(f"{p}/lib" for p in relocated)} if relocated else {})}
         worker = [_inside(interpreter()) if mode in ("root", "user") else interpreter(), "-I", "-S", "-B", "-c",
                   WORKER_SOURCE, str(theirs.fileno())]
+        packages = os.pathsep.join(_inside(p) if mode in ("root", "user") else p for p in site_dirs())
         if mode == "root":
             command = ["unshare", "--net", "--mount", "--pid", "--ipc", "--uts", "--cgroup", "--fork",
                        "--kill-child", "sh", "-c", _SETUP, "sandbox", self.mountpoint, str(limits.disk_mb),
-                       mounts, str(SANDBOX_UID), *worker, "/tmp/w", "pidns"]
+                       mounts, str(SANDBOX_UID), *worker, "/tmp/w", "pidns", packages]
         elif mode == "user":
             command = ["unshare", "--user", "--map-root-user", "--net", "--mount", "--pid", "--ipc", "--uts",
                        "--cgroup", "--fork", "--kill-child", "sh", "-c", _SETUP, "sandbox", self.mountpoint,
-                       str(limits.disk_mb), mounts, "", *worker, "/tmp/w", "pidns"]
+                       str(limits.disk_mb), mounts, "", *worker, "/tmp/w", "pidns", packages]
         else:
             self.hostroot = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
-            command = [*worker, self.hostroot, "nopidns"]
+            command = [*worker, self.hostroot, "nopidns", packages]
             if os.geteuid() == 0 and shutil.which("setpriv"):
                 os.chown(self.hostroot, SANDBOX_UID, SANDBOX_UID)
                 command = ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
@@ -434,6 +498,7 @@ class Job:
                     os.close(fd)
                 except OSError:
                     pass
+        _report_start()
         for fd in (self.stdin, self.stdout, self.stderr, self.channel):
             os.set_blocking(fd, False)
         self.tails = {self.stdout: bytearray(), self.stderr: bytearray()}
@@ -829,7 +894,19 @@ sys.path.insert(0, sys.argv[1])
 from grpokit.sandbox import trusted_main
 trusted_main(sys.argv[2])
 """
-TRUSTED_MEMORY_MB = 4096
+TRUSTED_MEMORY_MB = 4096  # address space (soft rlimit): one huge allocation fails as MemoryError
+TRUSTED_CGROUP_MB = 1024  # resident memory of the helper (a memory cgroup, where this process may make one)
+
+
+def _report_start() -> None:
+    """In a helper process: tell the caller, once per call, that the call's first sandbox job has started, so its
+    own time limit runs from now (`trusted_call`'s `grace` ends). Nothing elsewhere."""
+    out = _STATE.get("trusted_out")
+    if out is None or _STATE.get("reported"):
+        return
+    _STATE["reported"] = True
+    with contextlib.suppress(OSError, ValueError):
+        write_frame(out, {"started": True})
 
 
 def trusted_main(probed: str = "") -> None:
@@ -846,6 +923,7 @@ def trusted_main(probed: str = "") -> None:
             _STATE.update(json.loads(probed), logged=True)
     out = os.dup(1)
     os.dup2(2, 1)
+    _STATE["trusted_out"] = out
     try:  # a bomb of the code's data (a huge int in a test's arithmetic) ends here as MemoryError; the soft limit
         # only: the sandboxes this process starts inherit it, and each sets its own memory_mb above it if asked
         limit = TRUSTED_MEMORY_MB << 20
@@ -859,6 +937,7 @@ def trusted_main(probed: str = "") -> None:
             return
         if message is None:
             return
+        _STATE["reported"] = False
         try:
             module, function = message["target"].split(":")
             answer = {"ok": getattr(importlib.import_module(module), function)(**message["payload"])}
@@ -875,30 +954,58 @@ def trusted_main(probed: str = "") -> None:
 class _Trusted:
     """A helper process that runs the tests on the code's answers, and holds the sandboxes it uses. Hostile data
     can slow it, fill its memory or crash it, never the trainer: the caller waits on a pipe (without the GIL) and
-    kills it at the deadline."""
+    kills it at the deadline. As root it runs in a memory cgroup of its own (TRUSTED_CGROUP_MB; its sandboxes'
+    groups go beside it, under the trainer's), so what the code's answers make the tests build is capped there."""
 
     def __init__(self):
         root = str(Path(__file__).resolve().parent.parent)
         protections()  # probed here once, handed to every helper
         with _LOCK:
-            probed = json.dumps({"mode": _STATE["mode"], "protections": _STATE["protections"]})
-        self.process = subprocess.Popen([sys.executable, "-c", _TRUSTED_MAIN, root, probed], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+            probed = json.dumps({"mode": _STATE["mode"], "protections": _STATE["protections"],
+                                 "cgroup_parents": {c: _own_cgroup(c) for c in ("memory", "cpu", "pids", "")}})
+        self.died = False
+        self.cgroups = _Cgroups(Limits(memory_mb=TRUSTED_CGROUP_MB, disk_mb=0), helper=True) \
+            if os.geteuid() == 0 else None
+        command = [sys.executable, "-c", _TRUSTED_MAIN, root, probed]
+        if self.cgroups and self.cgroups.procs:
+            command = ["sh", "-c", _ENTER, "enter", *self.cgroups.procs, "--", *command]
+        try:
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            if self.cgroups:
+                self.cgroups.remove()
+            raise
 
-    def call(self, target: str, payload: dict, seconds: float) -> dict | None:
+    def call(self, target: str, payload: dict, seconds: float, grace: float = 0.0) -> dict | None:
+        """The answer, or None past the deadline: `seconds` + `grace` from now, or `seconds` from the call's report
+        that its first sandbox job started, whichever is first. {"crash"} when the helper died before it."""
         try:
             write_frame(self.process.stdin.fileno(), {"target": target, "payload": payload})
         except OSError:
             return None
         fd = self.process.stdout.fileno()
-        ready, _, _ = select.select([fd], [], [], seconds)
-        if not ready:
-            return None
-        try:
-            answer = read_frame(fd)
-        except (OSError, ValueError):
-            return None
-        return answer if isinstance(answer, dict) else None
+        end = time.monotonic() + seconds + grace
+        while True:
+            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            if not ready:
+                return None
+            try:
+                answer = read_frame(fd)
+            except (OSError, ValueError):
+                return None
+            if answer is None:  # it died before its deadline: its memory cap's OOM killer, or a crash
+                self.died = True
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(timeout=2)
+                oom = self.cgroups is not None and self.cgroups.oom_kills() > 0
+                why = f"over its memory cap of {TRUSTED_CGROUP_MB} MiB" if oom else \
+                    f"exit status {self.process.returncode}"
+                return {"crash": f"the process running the tests on its answers died ({why})"}
+            if answer == {"started": True}:
+                end = min(end, time.monotonic() + seconds)
+                continue
+            return answer if isinstance(answer, dict) else None
 
     def close(self, wait: float = 0.0) -> None:
         """Idle (`wait` seconds): end of input, so it closes its sandboxes and exits; then, or at once for one past
@@ -921,23 +1028,29 @@ class _Trusted:
                 stream.close()
             except OSError:
                 pass
+        if self.cgroups:
+            self.cgroups.remove()
         sweep(self.process.pid)
 
 
 _TRUSTED_IDLE: list[_Trusted] = []
 
 
-def trusted_call(target: str, payload: dict, seconds: float) -> dict | None:
+def trusted_call(target: str, payload: dict, seconds: float, grace: float = 0.0) -> dict | None:
     """`target(**payload)` ("module:function") in a helper process of the pool; its answer ({"ok"}, {"error"},
-    {"crash"}), or None when it ran past `seconds` or died (then it is killed, with the sandboxes it held)."""
+    {"crash"}, also when the helper died), or None when it ran past its deadline (then it is killed, with the
+    sandboxes it held). The deadline: `seconds` from the start of the call's first sandbox job; `grace` is what
+    getting there may take (a fresh helper, a sandbox start), granted only before that job starts."""
     with _LOCK:
         worker = _TRUSTED_IDLE.pop() if _TRUSTED_IDLE else None
     if worker is None or worker.process.poll() is not None:
+        if worker is not None:
+            worker.close()
         worker = _Trusted()
-    answer = worker.call(target, payload, seconds)
-    if answer is None:
+    answer = worker.call(target, payload, seconds, grace)
+    if answer is None or worker.died:
         worker.close()
-        return None
+        return answer
     with _LOCK:
         _TRUSTED_IDLE.append(worker)
     return answer

@@ -1,8 +1,10 @@
 """The program that runs inside the code sandbox (grpokit/sandbox.py starts it as `python -I -S -B -c <this file>`),
-and the plain-data codec both sides share. Standard library only: inside the sandbox there is no site-packages.
+and the plain-data codec both sides share. Standard library only (the environment's site-packages, on the
+sandbox's sys.path for the code, are never imported here).
 
-Inside, the sandbox's first process (pid 1 of its pid namespace, an unprivileged uid) is a *zygote*: it installs a
-seccomp filter on itself (no nested namespaces, no ptrace, no keyrings, no new mounts), marks itself non-dumpable,
+Inside, the sandbox's first process (pid 1 of its pid namespace, an unprivileged uid) is a *zygote*: it ignores
+every catchable signal, installs a seccomp filter on itself (no nested namespaces, no ptrace, no keyrings, no new
+mounts, no host-wide resources, sockets of three families), marks itself non-dumpable,
 then waits on its control socket. Each job arrives as a header and four pipe ends (stdin, stdout, stderr, channel);
 the zygote forks a child for it, waits for it with the job's deadline, then kills every other process of the
 namespace (a daemon the code left behind), removes the job's directory and answers with how the child ended. A child
@@ -165,7 +167,11 @@ def read_frame(fd):
 # ---------------------------------------------------------------------------------------------------------------
 
 _NS_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
-# (audit arch, x32 bit or 0, {denied syscall: number}, clone, clone3)
+# (audit arch, x32 bit or 0, {denied syscall: number}, clone, clone3, (socket, socketpair))
+# Denied beyond namespaces / ptrace / mounts: what holds a host-wide resource for the job's life or reads the host
+# (Linux AIO takes from fs.aio-max-nr, inotify / fanotify from the per-uid limits that uid 65534 shares with every
+# sandbox and the host's own "nobody", syslog reads the kernel log), and what no solution needs (memfd_secret,
+# another process's fds or memory advice).
 _ARCHES = {
     "x86_64": (0xC000003E, 0x40000000, {
         "unshare": 272, "setns": 308, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
@@ -173,46 +179,61 @@ _ARCHES = {
         "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 312,
-        "personality": 135, "mq_open": 240}, 56, 435),
+        "personality": 135, "mq_open": 240, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
+        "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333, "inotify_init": 253, "inotify_init1": 294,
+        "fanotify_init": 300, "syslog": 103, "memfd_secret": 447, "pidfd_getfd": 438, "process_madvise": 440},
+        56, 435, (41, 53)),
     "aarch64": (0xC00000B7, 0, {
         "unshare": 97, "setns": 268, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
         "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
         "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 272,
-        "personality": 92, "mq_open": 180}, 220, 435),
+        "personality": 92, "mq_open": 180, "io_setup": 0, "io_destroy": 1, "io_submit": 2, "io_cancel": 3,
+        "io_getevents": 4, "io_pgetevents": 292, "inotify_init1": 26, "fanotify_init": 262, "syslog": 116,
+        "memfd_secret": 447, "pidfd_getfd": 438, "process_madvise": 440}, 220, 435, (198, 199)),
 }
+# The socket families a job may open: unix (socketpair, asyncio, multiprocessing), and IPv4 / IPv6, which reach
+# nothing in the sandbox's network namespace (its loopback is down). Every other family (AF_VSOCK: the hypervisor,
+# outside any network namespace; netlink: kernel events; AF_ALG, AF_PACKET, bluetooth, ...) is refused with
+# EAFNOSUPPORT, as on a kernel built without it.
+SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 
 
 def seccomp_program(machine):
     """The filter as a list of (code, jt, jf, k): kill on a foreign arch, EPERM for the denied calls (POSIX message
-    queues among them: they would outlive a job) and for clone with namespace flags, ENOSYS for clone3 (so libc falls back to clone, whose flags can be checked)."""
-    arch, x32, denied, clone, clone3 = _ARCHES[machine]
+    queues among them: they would outlive a job) and for clone with namespace flags, ENOSYS for clone3 (so libc
+    falls back to clone, whose flags can be checked), EAFNOSUPPORT for socket / socketpair of a family outside
+    SOCKET_FAMILIES."""
+    arch, x32, denied, clone, clone3, sockets = _ARCHES[machine]
     ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
-    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
+    eperm, enosys, eafnosupport = 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 97
     numbers = sorted(set(denied.values()))
-    # layout: 0 ld arch, 1 jeq arch, 2 ret kill, 3 ld nr, [4 jge x32], numbers..., clone3, clone, ret allow,
-    #         clone-check: ld arg0, jset, ret allow, EPERM, ENOSYS
+    # layout: 0 ld arch, 1 jeq arch, 2 ret kill, 3 ld nr, [4 jge x32], numbers..., clone3, clone, socket,
+    #         socketpair, ret allow, clone-check: ld arg0, jset, ret allow, EPERM, ENOSYS,
+    #         socket-check: ld arg0, jeq family... (to allow), ret EAFNOSUPPORT, ret allow
     body = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
     tests = ([("jge", x32)] if x32 else []) + [("eq", n) for n in numbers] + [("clone3", clone3), ("clone", clone)]
+    tests += [("socket", n) for n in sockets]
     first_test = len(body)
     allow_at = first_test + len(tests)
     check_at = allow_at + 1
     eperm_at = check_at + 3
     enosys_at = eperm_at + 1
+    socket_at = enosys_at + 1
+    socket_allow_at = socket_at + 1 + len(SOCKET_FAMILIES) + 1
     for i, (kind, value) in enumerate(tests):
         here = first_test + i
-        if kind == "jge":
-            body.append((jge, eperm_at - here - 1, 0, value))
-        elif kind == "eq":
-            body.append((jeq, eperm_at - here - 1, 0, value))
-        elif kind == "clone3":
-            body.append((jeq, enosys_at - here - 1, 0, value))
-        else:
-            body.append((jeq, check_at - here - 1, 0, value))
+        target = {"jge": eperm_at, "eq": eperm_at, "clone3": enosys_at, "clone": check_at, "socket": socket_at}[kind]
+        body.append((jge if kind == "jge" else jeq, target - here - 1, 0, value))
     body.append((ret, 0, 0, allow))
     body += [(ld, 0, 0, 16), (jset, 1, 0, _NS_FLAGS), (ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    body.append((ld, 0, 0, 16))  # the family: the low 32 bits of the first argument (an int)
+    for family in SOCKET_FAMILIES:
+        body.append((jeq, socket_allow_at - len(body) - 1, 0, family))
+    body += [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
+    assert len(body) == socket_allow_at + 1
     assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in body)
     return body
 
@@ -365,6 +386,35 @@ def _kill_others():
         _reap()
         time.sleep(0.002)
     _reap()
+
+
+_SIGNALS = {}  # the zygote's signal handlers before it ignored them: each job's child gets them back
+
+
+def ignore_signals():
+    """Ignore every signal a job could send this process (SIGINT would raise KeyboardInterrupt in the zygote: as
+    pid 1 of a pid namespace it only gets the signals it handles, and Python handles SIGINT). SIGCHLD stays (the
+    zygote waits for its children); SIGKILL and SIGSTOP cannot be caught, and a pid namespace's init never gets
+    them from inside. `restore_signals` gives a job's child the handlers back."""
+    import signal
+
+    for number in signal.valid_signals():
+        if number in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            continue
+        try:
+            _SIGNALS[number] = signal.signal(number, signal.SIG_IGN)
+        except (OSError, ValueError, RuntimeError):
+            pass
+
+
+def restore_signals():
+    import signal
+
+    for number, handler in _SIGNALS.items():
+        try:
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        except (OSError, ValueError, RuntimeError, TypeError):
+            pass
 
 
 def _reap():
@@ -540,9 +590,12 @@ def _child(header, fds, workdir, report_fd=-1):
     os.closerange(5 if report_fd >= 0 else 4, 1 << 16)
     os.setsid()
     os.chdir(workdir)
+    restore_signals()  # Python's own (SIGINT raises KeyboardInterrupt), not the zygote's
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                       "HOME": workdir, "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"})
+                       "HOME": workdir, "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+                       # one CPU: numeric libraries start no thread pools (their threads count in the pids cap)
+                       "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     for name, value in header["rlimits"]:
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
@@ -798,6 +851,7 @@ def zygote(control_fd, workdir, pidns):
     import signal
     import socket
 
+    ignore_signals()  # a job cannot kill the zygote with SIGINT (or any signal it could catch)
     why = install_seccomp()
     import ctypes
 
@@ -865,4 +919,5 @@ def zygote(control_fd, workdir, pidns):
 
 
 if __name__ == "__main__":
+    sys.path += [p for p in (sys.argv[4] if len(sys.argv) > 4 else "").split(os.pathsep) if p]  # site-packages
     zygote(int(sys.argv[1]), sys.argv[2], sys.argv[3] == "pidns")

@@ -1256,7 +1256,8 @@ class CodeExecution(RewardComponent):
 
         payload = {"code": code, "steps": [list(step) for step in steps], "entry": entry, "prefix": prefix,
                    "timeout": self.timeout, "memory_mb": self.memory_mb, "prompt": prompt}
-        answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, self.timeout + JUDGE_GRACE)
+        answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, self.timeout + JUDGE_SLACK,
+                                      grace=JUDGE_GRACE)
         if answer is None:
             return {}, "timeout", "the tests on its answers ran past the time limit", 0, []
         if "error" in answer:

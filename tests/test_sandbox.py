@@ -507,3 +507,160 @@ def test_a_set_or_dict_of_colliding_keys_is_refused_before_it_is_built(tag):
         decode(wrap(keys((1 << 61) - 1)))
     assert time.monotonic() - started < 1.0
     assert len(decode(wrap(keys(7)))) == 20000
+
+
+def test_a_job_cannot_kill_the_zygote_with_any_signal_it_can_send():
+    """The zygote (pid 1 of its pid namespace) gets the signals it handles, and Python handles SIGINT: a job's
+    os.kill(1, SIGINT) ended the sandbox. Every catchable signal now leaves it serving the next job, while the job's
+    own process keeps Python's handlers (SIGINT raises KeyboardInterrupt there)."""
+    import signal
+
+    catchable = sorted(int(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+    with sandbox.acquire(sandbox.Limits(timeout=5)) as box:
+        zygote = box.process.pid
+        for target in ("os.getppid()", "1") if PROTECTIONS["pid_namespace"] else ("os.getppid()",):
+            run = box.job("run", 5, f"import os, time\nfor s in {catchable}:\n    try:\n        os.kill({target}, s)\n"
+                                    "    except OSError:\n        pass\n    time.sleep(0.005)\nprint('sent')").finish()
+            assert run.returncode == 0 and run.stdout.strip() == "sent", run
+            assert box.alive
+            after = box.job("run", 5, "import signal\nprint(signal.getsignal(signal.SIGINT) is "
+                                      "signal.default_int_handler, signal.getsignal(signal.SIGTERM) == "
+                                      "signal.SIG_DFL)\ntry:\n    signal.raise_signal(signal.SIGINT)\n"
+                                      "except KeyboardInterrupt:\n    print('interrupted')").finish()
+            assert (after.returncode, after.stdout.split()) == (0, ["True", "True", "interrupted"]), after
+            assert box.alive and box.process.pid == zygote and box.process.poll() is None
+    good = fenced("def f():\n    return 1")
+    killer = fenced(f"import os\nfor s in {catchable}:\n    try:\n        os.kill(os.getppid(), s)\n"
+                    "    except OSError:\n        pass\ndef f():\n    return 0")
+    values, _, details = score([killer, good, killer, good], workers=1)
+    assert values == [0.0, 1.0, 0.0, 1.0], details
+
+
+@pytest.mark.skipif(not PROTECTIONS["no_nested_namespaces"], reason="no seccomp filter here")
+def test_host_wide_resources_and_foreign_socket_families_are_denied():
+    """What a job could hold of the host for its life (Linux AIO contexts from fs.aio-max-nr, inotify / fanotify
+    instances of the uid every sandbox shares), the kernel log, and sockets of families no network namespace
+    covers (AF_VSOCK reaches the hypervisor) are refused; unix, IPv4 / IPv6 sockets, asyncio and fork still work."""
+    import platform
+
+    from grpokit.sandbox_worker import _ARCHES
+
+    numbers = _ARCHES[platform.machine()][2]
+    calls = {name: numbers[name] for name in ("io_setup", "io_submit", "io_getevents", "inotify_init1",
+                                              "fanotify_init", "syslog", "memfd_secret", "pidfd_getfd")}
+    program = f"""
+import asyncio, ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ctx = ctypes.c_ulong(0)
+out = {{}}
+for name, number in {calls!r}.items():
+    ctypes.set_errno(0)
+    args = (128, ctypes.byref(ctx)) if name == "io_setup" else (0, 0, 0)
+    out[name] = errno.errorcode.get(ctypes.get_errno()) if libc.syscall(number, *args) < 0 else "allowed"
+for family in (socket.AF_VSOCK, socket.AF_NETLINK, socket.AF_PACKET, socket.AF_ALG, 31):  # 31: bluetooth
+    try:
+        socket.socket(family, socket.SOCK_DGRAM).close()
+        out[str(family)] = "open"
+    except OSError as err:
+        out[str(family)] = errno.errorcode.get(err.errno)
+a, b = socket.socketpair()
+a.send(b"x")
+out["honest"] = [b.recv(1).decode(), socket.socket(socket.AF_INET).family == socket.AF_INET,
+                 socket.socket(socket.AF_INET6).family == socket.AF_INET6, asyncio.run(asyncio.sleep(0, "async"))]
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+out["honest"].append(os.waitpid(pid, 0)[1] >> 8)
+print(out)
+"""
+    run = sandbox.run_python(program, sandbox.Limits(timeout=10))
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = eval(run.stdout.strip().splitlines()[-1])
+    assert out.pop("honest") == ["x", True, True, "async", 7]
+    denied = {name: "EPERM" for name in calls} | {str(f): "EAFNOSUPPORT" for f in (40, 16, 17, 38, 31)}
+    assert out == denied
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not PROTECTIONS["memory_cap"], reason="no cgroups for the helper here")
+def test_the_helper_that_runs_the_tests_is_under_a_memory_cap(monkeypatch):
+    """An answer the tests turn into gigabytes ("x" * f(), f returning 3e9: under the helper's 4 GiB address-space
+    rlimit) grew the helper, outside any cgroup, to ~3 GB. Now the helper's own memory cgroup ends it at
+    TRUSTED_CGROUP_MB: that row fails with the reason, the row beside it scores, and the helper's peak stays
+    capped."""
+    peaks = []
+    remove = sandbox._Cgroups.remove
+
+    def measured(self):
+        for path in self.dirs:
+            if "-helper-" in path.name:
+                for name in ("memory.max_usage_in_bytes", "memory.peak"):
+                    try:
+                        peaks.append(int((path / name).read_text()) >> 20)
+                    except (OSError, ValueError):
+                        pass
+        remove(self)
+
+    monkeypatch.setattr(sandbox._Cgroups, "remove", measured)
+    huge = fenced("def f():\n    return 3_000_000_000")
+    good = fenced("def f():\n    return 5")
+    values, elapsed, details = score([huge, good], tests=['assert len("x" * f()) == 5'], timeout=10)
+    sandbox.shutdown()  # the idle helper closes: its group's peak is read too
+    assert values == [0.0, 1.0], details
+    assert details[0]["status"] == "failed" and "memory cap" in details[0]["stderr"], details[0]
+    assert peaks and max(peaks) <= sandbox.TRUSTED_CGROUP_MB, peaks
+
+
+def test_a_completion_costs_the_step_at_most_its_time_limit_plus_one_second():
+    """Judging got the time limit + JUDGE_GRACE (5 s) in all, so a completion whose answers make the tests spin (a
+    test summing range(f()) with f() = 10**12) held the step's scoring for timeout + 5 s. The grace now covers only
+    the start (a fresh helper, a sandbox); from its sandbox job's start a completion gets its time limit plus
+    JUDGE_SLACK (1 s). Measured on a warm pool beside honest rows: an endless loop, and tests made to spin, each
+    take at most TIMEOUT + 1 s + 0.5 s of scheduling on a loaded 2-core machine."""
+    from rewards.code import JUDGE_SLACK
+
+    good = fenced("def f():\n    return 1")
+    hostile = {"endless loop": (fenced("def f():\n    while True:\n        pass"), "assert f() == 1"),
+               "tests made to spin": (fenced("def f():\n    return 10**12"), "assert sum(range(f())) == 1")}
+    for name, (code, test) in hostile.items():
+        warm = CodeExecution(timeout=TIMEOUT)(prompts=["p"] * 4, completions=[good] * 4, tests=[TESTS] * 4)
+        assert warm == [1.0] * 4
+        component = CodeExecution(timeout=TIMEOUT)
+        started = time.monotonic()
+        values = component(prompts=["p"] * 4, completions=[code, good, good, good], tests=[[test]] + [TESTS] * 3)
+        elapsed = time.monotonic() - started
+        assert values == [0.0, 1.0, 1.0, 1.0], (name, component.last_details)
+        assert component.last_details[0]["status"] == "timeout", name
+        assert elapsed <= TIMEOUT + JUDGE_SLACK + 0.5, (name, elapsed)
+
+
+def test_the_environments_packages_import_read_only_and_nothing_else_shows():
+    """The sandbox ran the stdlib only, where the official HumanEval harness runs in the user's environment: an
+    honest numpy answer could not score. The environment's site-packages are now shown read-only (at /opt/site-N
+    when they live elsewhere, e.g. a venv inside the checkout): numpy scores, and the code can neither write there
+    nor see the project, the home directory or its caches."""
+    pytest.importorskip("numpy")
+    answer = fenced("import numpy as np\ndef mean(xs):\n    return float(np.mean(np.array(xs)))")
+    values, _, details = score([answer, fenced("def mean(xs):\n    return 0.0")],
+                               tests=["assert mean([1, 2, 3]) == 2.0", "assert mean([4]) == 4.0"], timeout=20)
+    assert values == [1.0, 0.0], details
+    root = str(Path(__file__).resolve().parent.parent)
+    home = str(Path.home())
+    program = f"""
+import os, sys, numpy
+seen = [p for p in ({root!r}, {home!r}, os.path.join({home!r}, ".cache"), "/root") if os.path.exists(p)]
+seen += [p for p in sys.path if p.startswith({root!r})]
+try:
+    open(os.path.join(os.path.dirname(numpy.__file__), "planted.py"), "w").write("x = 1")
+    seen.append("wrote into site-packages")
+except OSError:
+    pass
+print(seen)
+"""
+    run = sandbox.run_python(program, sandbox.Limits(timeout=20))
+    assert run.returncode == 0, run.stderr[-2000:]
+    import numpy
+
+    assert not (Path(numpy.__file__).parent / "planted.py").exists()
+    if PROTECTIONS["private_files"]:
+        assert run.stdout.strip() == "[]", run.stdout
