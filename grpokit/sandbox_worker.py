@@ -495,7 +495,10 @@ def install_monitor(report_fd, harness=False):
             path = path.decode("utf-8", "replace")
         if not isinstance_(path, str):
             return False
-        full = os.path.realpath(os.path.join(cwd, path))
+        # Lexical, not realpath: realpath costs a system call per path component, and code nesting directories
+        # 1,200 deep paid it per mkdir (quadratic: past its time limit). A link that leads out is flagged where it
+        # is made (os.symlink / os.link: the link's target is the event's first argument, checked here).
+        full = os.path.normpath(os.path.join(cwd, path))
         if full == cwd or full.startswith(cwd + "/"):
             return False
         reading = not any(c in str_(mode or "r") for c in "wax+")

@@ -349,15 +349,16 @@ def test_the_monitor_flags_and_zero_suspected_scores_zero():
     assert values == [0.0] and "hack suspected" in details[0]["status"]
 
 
-def test_a_test_that_cannot_cross_as_plain_data_runs_in_the_sandbox_and_is_counted():
-    # an iterator argument cannot be sent as data: that test runs beside the code, with the harness bound first
+def test_an_argument_that_is_no_plain_data_crosses_as_a_handle():
+    # an iterator argument stays on the trusted side: the code pulls its items through the channel, and the test
+    # runs where the tests run (there is no harness beside the code any more)
     tests = ["assert total(iter([1, 2, 3])) == 6", "assert total([4]) == 4"]
     right, wrong = fenced("def total(xs):\n    return sum(xs)"), fenced("def total(xs):\n    return 4")
     component = CodeExecution(timeout=TIMEOUT)
     values = component(completions=[right, wrong], tests=[tests, tests])
     assert values == [1.0, 0.5]
-    assert [d["unsplit"] for d in component.last_details] == [1, 1]
-    assert component.last_metrics["code/unsplit_tests"] == 2.0
+    assert [d["unsplit"] for d in component.last_details] == [0, 0]
+    assert component.last_metrics["code/unsplit_tests"] == 0.0
 
 
 def test_objects_of_the_code_cross_as_handles():
