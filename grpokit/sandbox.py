@@ -909,6 +909,31 @@ def _report_start() -> None:
         write_frame(out, {"started": True})
 
 
+def _end_with_the_trainer() -> None:
+    """A watchdog child that kills this helper's process group once the trainer that started it is gone. A trainer
+    killed at once (kill -9, a runner's time limit) cannot kill its helpers, and a helper spinning on the code's
+    answers (a test's arithmetic on a huge number, in C, holding the GIL: no thread of its own would run) would spin
+    on with no one to read its answer. The watchdog only sleeps and reads one /proc line a second; it is in the
+    helper's group (start_new_session made the helper its leader), so it goes with it."""
+    import signal as signals
+
+    helper, trainer = os.getpid(), os.getppid()
+    if os.fork() != 0:
+        return
+    try:
+        while True:
+            time.sleep(1.0)
+            try:
+                with open(f"/proc/{helper}/stat", encoding="utf-8") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                break  # the helper is gone
+            if parent != trainer:
+                os.killpg(helper, signals.SIGKILL)
+    finally:
+        os._exit(0)
+
+
 def trusted_main(probed: str = "") -> None:
     """A helper process's loop: read {"target": "module:function", "payload": {...}} frames, answer each with
     {"ok": result} or {"error": ...} (a SandboxError) or {"crash": ...}. Frames go over a copy of stdout; the real
@@ -918,6 +943,7 @@ def trusted_main(probed: str = "") -> None:
     import importlib
     import resource
 
+    _end_with_the_trainer()
     if probed:
         with _LOCK:
             _STATE.update(json.loads(probed), logged=True)

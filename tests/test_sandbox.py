@@ -6,12 +6,16 @@ pretended. The sandbox runs for real (no mocks); time limits are small so a fail
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
+from conftest import ROOT
 
 from grpokit import sandbox
 from rewards.code import CodeExecution
@@ -665,3 +669,24 @@ print(seen)
     assert not (Path(numpy.__file__).parent / "planted.py").exists()
     if PROTECTIONS["private_files"]:
         assert run.stdout.strip() == "[]", run.stdout
+
+
+def test_a_helper_outlives_no_trainer_killed_at_once(tmp_path):
+    """kill -9 of the trainer while its helper spins on the code's answers (a C loop holding the GIL): the helper's
+    watchdog kills it within seconds instead of leaving it to spin for good."""
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from grpokit import sandbox; "
+         "helper = sandbox._Trusted(); print(helper.process.pid, flush=True); "
+         "helper.call('tests.fixtures.spin:spin', {}, 600)", str(ROOT)],
+        stdout=subprocess.PIPE, text=True)
+    helper = int(trainer.stdout.readline())
+    time.sleep(1.5)  # the helper is spinning now
+    assert psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
+    trainer.kill()
+    trainer.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and psutil.pid_exists(helper) and \
+            psutil.Process(helper).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.2)
+    alive = psutil.pid_exists(helper) and psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
+    assert not alive, "the helper outlived its trainer"
