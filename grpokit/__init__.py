@@ -13,7 +13,8 @@ tests/test_layout.py checks it):
     report.py              report.html (summary, settings, curves, baseline vs final completions); `redraw`
     plots.py               the PNG curves, from the run directory's files
     export.py              `train_grpo.py export`: GGUF (llama.cpp's converter + quantiser), GGUF LoRA, merged
-                           16-bit weights, an Ollama Modelfile, a Hub upload with a model card from the run
+                           16-bit weights, into the base the run computed with (NF4-rounded for 4-bit), each measured
+                           against the run's final evaluation; an Ollama Modelfile, a Hub upload with a model card
     trl_trainer.py         TRLGRPOTrainer: TRL's GRPOTrainer subclass (atomic checkpoints, resumed lr, shared prompts,
                            the generation engine)
     objective.py           the loss settings a run trains, stated once (--dry-run, header, run_config.json) and the

@@ -7,8 +7,9 @@
     python train_grpo.py export grpo_outputs/quick_test --push-to-hub me/my-model --private
 
 What each format is:
-- `gguf`: the LoRA merged into the 16-bit base (never the NF4-rounded weights a 4-bit run trains on: those exist
-  only inside the trainer), written by llama.cpp's own converter (convert_hf_to_gguf.py, unpacked by `make
+- `gguf`: the LoRA merged into the weights the run computed with (`--base trained`: a 4-bit run's 16-bit base
+  rounded through NF4 with the run's settings, the model the run evaluated; `--base 16bit`: the original weights),
+  written by llama.cpp's own converter (convert_hf_to_gguf.py, unpacked by `make
   llama-cpp`) and, for a quantised type, quantised by llama.cpp's own quantiser (llama-cpp-python's
   `llama_model_quantize`, the code of `llama-quantize`);
 - `gguf-lora`: the adapter alone as a GGUF LoRA (gguf_export.write_lora_gguf, the file the engine pushes every step);
@@ -16,7 +17,9 @@ What each format is:
   rounded weights carry the LoRA update.
 
 Order of work: every check first (the adapter, the quant type, the base model on disk or reachable, the Hub token,
-the disk space), then the long parts (download, merge, conversion, quantisation, upload), each with one progress line.
+the disk space), then the long parts (download, merge, conversion, quantisation, the self-measurement, upload), each
+with one progress line. The measurement: the written file answers the run's held-out prompts greedily, against the
+run's final evaluation (its last generation log): one line, and the model card.
 Every file is written under a temporary name in its final directory and renamed when complete, so an interrupted or
 out-of-space export never leaves a half-written file under a final name; the upload is one Hub commit.
 """
