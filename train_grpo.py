@@ -394,10 +394,11 @@ def export(
     dtype: Annotated[str, typer.Option(
         "--dtype", help="merged: auto (the base's own), bfloat16, float16 or float32 (keeps a small update "
                         "exactly; twice the size).")] = "auto",
-    base: Annotated[Literal["trained", "16bit"], typer.Option(
+    base: Annotated[Literal["auto", "trained", "16bit"], typer.Option(
         "--base", help="What the LoRA merges into. trained: the weights the run computed with (a 4-bit run's base "
-                       "rounded through NF4: the model the run evaluated); 16bit: the original 16-bit "
-                       "weights.")] = "trained",
+                       "rounded through NF4: the model the run evaluated); 16bit: the original 16-bit weights; "
+                       "auto: trained, but 16bit for GGUF types of 4 bits or fewer (q4_k_m: quantising the "
+                       "rounded weights again loses more).")] = "auto",
     measure: Annotated[bool, typer.Option(
         "--measure/--no-measure", help="Answer the run's held-out prompts with the exported file and compare with "
                                        "the run's final evaluation (one line, and in the model card).")] = True,

@@ -48,7 +48,18 @@ FORMATS = ("gguf", "gguf-lora", "merged")
 # What the LoRA is merged into. `trained`: the weights the run computed with (for a 4-bit run the 16-bit base rounded
 # through NF4 with the run's settings: the model the run evaluated); `16bit`: the original 16-bit weights (what
 # Unsloth's save_pretrained_merged does; the update then meets weights it was not trained against).
-BASES = ("trained", "16bit")
+BASES = ("auto", "trained", "16bit")
+# `auto`: `trained`, except for GGUF types of 4 bits or fewer: quantising NF4-rounded weights to 4 bits again loses
+# more than quantising the 16-bit ones once (the quick test's adapter: q4_k_m 13/24 answers as the run from the
+# rounded base, 18/24 from the 16-bit one; f16 24/24 against 21/24 the other way round; BENCHMARKS.md "Export").
+LOW_BIT_PREFIXES = ("q4", "q3", "q2", "iq4", "iq3", "iq2", "iq1", "tq")
+
+
+def choose_base(base: str, quant: str, format_: str) -> str:
+    """What `--base auto` means for this export (see BASES); an explicit choice stands."""
+    if base != "auto":
+        return base
+    return "16bit" if format_ != "merged" and quant.startswith(LOW_BIT_PREFIXES) else "trained"
 # Written by llama.cpp's converter itself; every other type is converted to f16 first, then quantised.
 CONVERTER_TYPES = ("f32", "f16", "bf16")
 # llama-quantize refuses these without an importance matrix (tools/quantize/quantize.cpp), which needs calibration
@@ -78,7 +89,7 @@ class ExportRequest:
     base_model: str | None = None
     command: str = ""  # the command line, for the model card
     dtype: str = "auto"  # merged: the safetensors' dtype (auto = the base's own)
-    base: str = "trained"  # what the LoRA merges into: BASES
+    base: str = "auto"  # what the LoRA merges into: BASES
     measure: bool = True  # answer the run's held-out prompts and compare with its final evaluation
 
 
@@ -935,6 +946,7 @@ def export_adapter(request: ExportRequest) -> ExportResult:
     if request.ollama and request.format == "merged":
         raise UsageError("--ollama needs a GGUF: use --format gguf (or gguf-lora).")
     request.quant = quant
+    request.base = choose_base(request.base, quant, request.format)
     config, summary = run_files(adapter_dir)
     rounding = trained_rounding(config, summary, request.base)
     base = resolve_base(adapter_dir, config, request.base_model)
