@@ -15,9 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+# tools/ modules; ruff would sort them by whether a gpu_bundle/ folder happens to exist here
+import gpu_bundle  # noqa: E402, I001
 import gpu_check  # noqa: E402
-
-import gpu_bundle  # noqa: E402
 
 BUNDLE = ROOT / "gpu_bundle"
 needs_bundle = pytest.mark.skipif(not any(BUNDLE.glob("*.whl")),
