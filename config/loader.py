@@ -578,6 +578,11 @@ def normalise_layer(layer: dict[str, Any], source: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     trl_args: dict[str, Any] = {}
     spelled: dict[str, str] = {}  # field -> the key this layer set it with
+    if isinstance(layer.get("objective", {}), dict | None):
+        # A run's run_config.json also says, under "objective", the loss settings it trained with
+        # (grpokit/objective.py): derived from the fields beside it, so the file (or its dict, given to the Python
+        # API) read back runs the same objective without it.
+        layer = {key: value for key, value in layer.items() if key != "objective"}
     for raw_key, value in layer.items():
         key = ALIASES.get(raw_key, raw_key)
         if key in spelled and key in ALIASES.values():
@@ -646,12 +651,7 @@ def build_config(
     if preset:
         layers.append(("preset", f"preset '{preset}'", load_preset(preset)))
     if config_file:
-        document = read_json_file(config_file, "Config file")
-        # A run's run_config.json also says, under "objective", the loss settings it trained with
-        # (grpokit/objective.py): derived from the fields beside it, so the file read back runs the same objective.
-        if isinstance(document.get("objective", {}), dict | None):
-            document.pop("objective", None)
-        layers.append(("file", f"config {config_file}", document))
+        layers.append(("file", f"config {config_file}", read_json_file(config_file, "Config file")))
     if flags:
         layers.append(("flag", "command line", {k: v for k, v in flags.items() if v is not None}))
     if overrides:

@@ -762,11 +762,14 @@ class GRPOTrainer:
 
 # ---- pieces the class uses ---------------------------------------------------------------------------------------
 
-def _trained_base(model) -> str:
+def _trained_base(model) -> str | None:
     """The base weights the run computed with: "16-bit", or the NF4 settings its 4-bit weights were made with
-    (gguf_export.nf4_settings), which `export --base trained` repeats on the 16-bit base."""
+    (gguf_export.nf4_settings), which `export --base trained` repeats on the 16-bit base; None with no model loaded
+    (the export then rounds as this machine's 4-bit path would, and says so)."""
     from grpokit.gguf_export import nf4_settings
 
+    if model is None:
+        return None
     return nf4_settings(model) or "16-bit"
 
 

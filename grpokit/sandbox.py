@@ -921,6 +921,12 @@ def _end_with_the_trainer() -> None:
     if os.fork() != 0:
         return
     try:
+        # none of the helper's pipes: the trainer reads the end of its answers pipe as the helper's death (its memory
+        # cap's OOM killer), which a copy held here would hide
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 1024)
         while True:
             time.sleep(1.0)
             try:
