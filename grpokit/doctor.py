@@ -381,7 +381,10 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 
 
 def _byte_tokenizer():
-    """256 byte tokens plus ChatML's two markers: enough for a random model to read prompts and write completions."""
+    """256 byte tokens plus ChatML's two markers and a pad token of its own: enough for a random model to read
+    prompts and write completions. The pad is not the end marker: on a GPU Unsloth's loader (unsloth_zoo.pad_token)
+    replaces a pad equal to eos and, finding no spare id in the model's 258 rows, stopped the run (the first GPU
+    check's doctor failed so)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -389,9 +392,9 @@ def _byte_tokenizer():
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    backend.add_special_tokens(["<|im_start|>", "<|im_end|>", "<|endoftext|>"])
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                   pad_token="<|im_end|>", chat_template=CHATML)
+                                   pad_token="<|endoftext|>", chat_template=CHATML)
 
 
 @contextlib.contextmanager

@@ -54,3 +54,39 @@ def test_bad_input_exits_2_before_any_check(tmp_path):
     missing_dir = _doctor("--report", str(tmp_path / "nowhere" / "doctor.json"), timeout=120)
     assert missing_dir.returncode == 2 and "--report" in missing_dir.stderr
     assert not missing_model.stdout and not missing_dir.stdout
+
+
+def test_the_tiny_models_pass_unsloths_pad_token_repair(tmp_path):
+    """Unsloth's loader on a GPU runs unsloth_zoo.pad_token.fix_pad_token on every model; where the pad equals eos
+    and no spare id is left it raises (the first GPU check's doctor stopped there with the byte-level tokenizer).
+    Run that upstream function on both tiny models doctor can build: neither raises nor needs a new embedding row."""
+    code = """
+import json, sys
+import unsloth  # noqa: F401  (unsloth_zoo refuses to import without it)
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from unsloth_zoo.pad_token import fix_pad_token
+from grpokit.doctor import _byte_tokenizer, save_tiny_llama
+from grpokit.model_loader import embedded_model_dir
+out = {}
+for name, tokenizer in [("byte", _byte_tokenizer()), ("smollm2", AutoTokenizer.from_pretrained(embedded_model_dir()))]:
+    path = save_tiny_llama(f"{sys.argv[1]}/{name}", tokenizer)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    rows = model.get_input_embeddings().weight.shape[0]
+    try:
+        result = fix_pad_token(tokenizer, model)
+    except RuntimeError as err:
+        result = {"raised": str(err)}
+    out[name] = {**result, "rows_before": rows, "rows_after": model.get_input_embeddings().weight.shape[0],
+                 "pad": tokenizer.pad_token, "eos": tokenizer.eos_token}
+print(json.dumps(out))
+"""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    for name, repair in out.items():
+        assert "raised" not in repair, (name, repair)
+        assert not repair["added"] and repair["rows_after"] == repair["rows_before"], (name, repair)
+        assert repair["pad"] != repair["eos"], (name, repair)
+    assert out["byte"]["changed"] is False  # its own pad token: nothing to repair

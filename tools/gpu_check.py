@@ -185,7 +185,9 @@ def env(path: Path) -> None:
                                 bf16=torch.cuda.is_bf16_supported())
     except Exception as err:  # noqa: BLE001
         info["cuda"] = {"error": f"{type(err).__name__}: {err}"}
-    # unsloth first: it patches transformers / trl when imported before them (as the run does)
+    # unsloth first: it patches transformers / trl when imported before them (as the run does); grpokit from the
+    # checkout, as train_grpo.py imports it (this script's own folder is tools/)
+    sys.path.insert(0, str(ROOT))
     for module in ["unsloth", "unsloth_zoo", "trl", "datasets", "bitsandbytes", "peft", "cut_cross_entropy",
                    "grpokit.run"]:
         started = time.perf_counter()

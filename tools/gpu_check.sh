@@ -17,7 +17,7 @@
 #
 #   bash tools/gpu_check.sh                     # on the GPU machine; $OUT is the device tool's folder
 #   GPU_CHECK_DRY=1 bash tools/gpu_check.sh     # anywhere: the stages replaced by fixtures (tests/test_gpu_check.py)
-# Settings: GPU_CHECK_BUDGET_S (default 420: the stages end within 7 minutes), GPU_CHECK_PYTHON (python3),
+# Settings: GPU_CHECK_BUDGET_S (default 480: the stages end within 8 minutes; 465 s on an H100), GPU_CHECK_PYTHON (python3),
 # GPU_CHECK_WORK (/tmp/gpu_check), GPU_CHECK_STEPS (5), GPU_CHECK_FAKE_HANG=<stage> (dry: that stage hangs).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -26,7 +26,7 @@ OUT=${OUT:-$ROOT/gpu_check_out}
 WORK=${GPU_CHECK_WORK:-/tmp/gpu_check}
 PY=${GPU_CHECK_PYTHON:-python3}
 DRY=${GPU_CHECK_DRY:-0}
-BUDGET=${GPU_CHECK_BUDGET_S:-420}
+BUDGET=${GPU_CHECK_BUDGET_S:-480}
 STEPS=${GPU_CHECK_STEPS:-5}
 START=$(date +%s)
 rm -rf "$WORK" && mkdir -p "$WORK/logs" "$WORK/runs" "$OUT" || exit 2
