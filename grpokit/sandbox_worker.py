@@ -431,7 +431,7 @@ def _reap():
 # The run-time monitor: audit events of the job's code, written to the zygote as they happen
 # ---------------------------------------------------------------------------------------------------------------
 
-CODE_FILES = ("solution.py", "main.py")  # where the completion's code runs (the harness's tests are "test_<n>")
+CODE_FILES = ("solution.py", "main.py")  # where the completion's code runs
 # events that no solution needs, whoever raises them (the code itself, or a module it calls)
 _ALWAYS = {
     "gc.get_objects": "gc", "gc.get_referrers": "gc", "gc.get_referents": "gc", "sys._current_frames": "frames",
@@ -460,7 +460,7 @@ _QUIET_ORIGINS = ("<frozen ", "linecache.py", "tokenize.py", "traceback.py", "zi
 _DEVICES = ("/dev/null", "/dev/urandom", "/dev/random", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/zero")
 
 
-def install_monitor(report_fd, harness=False):
+def install_monitor(report_fd):
     """Add an audit hook (PEP 578) that writes `label: event detail` lines to `report_fd` (non-blocking, each line
     once, at most 64) as the events happen, so a process that ends itself (os._exit, a signal) has already told.
     Installed before the code loads; a hook cannot be removed. What it reports is what the code *did*; what it does
@@ -478,7 +478,7 @@ def install_monitor(report_fd, harness=False):
 
     def mine(frame):
         name = frame.f_code.co_filename
-        return name in CODE_FILES and not (harness and frame.f_code.co_name == "_harness")
+        return name in CODE_FILES
 
     def origin(frame):
         """The first frame outside the import machinery: the code (True), a library (its file name)."""
@@ -617,8 +617,8 @@ def _child(header, fds, workdir, report_fd=-1):
             program = read_frame(0)["program"]  # over the job's own pipe: the zygote never holds it
             namespace = {"__name__": "__main__", "__builtins__": __builtins__}
             compiled = compile(program, "main.py", "exec")
-            if report_fd >= 0:  # the unsplit tests' harness (rewards/code.py) runs the code as solution.py
-                watch[0] = install_monitor(4, harness=program.lstrip().startswith("def _harness(solution, steps,"))
+            if report_fd >= 0:
+                watch[0] = install_monitor(4)
             exec(compiled, namespace)
     except SystemExit as err:
         code = err.code if type(err.code) is int else (0 if err.code is None else 1)

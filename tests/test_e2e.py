@@ -105,33 +105,27 @@ def test_best_checkpoint_is_tracked_by_the_named_metric(multi_run):
 
 
 def test_eval_only_on_a_saved_adapter_leaves_it_unchanged(multi_run):
+    """One evaluation-only run on the saved adapter (each CLI run costs ~20 s), with the settings of a run that keeps
+    its best checkpoint (the sft_grpo_qa preset's load_best_model_at_end): the evaluation saves nothing, so there is
+    no best checkpoint to reload, and transformers' refusal of load_best_model_at_end without saves must not reach
+    it; the adapter and the run's checkpoints stay as they were."""
     out, _, _ = multi_run
     before = sha(out / "adapter_model.safetensors")
+    checkpoints = sorted(p.relative_to(out) for p in out.rglob("checkpoint-*"))
     result = run_cli("--quick-test", "--reward-preset", "math", "--eval-only", "--resume-from-checkpoint", str(out),
-                     "--output-dir", str(out), "--max-generation-samples", "2")
+                     "--output-dir", str(out), "--max-generation-samples", "2", "--set", "max_eval_samples=2",
+                     "--eval-steps", "1", "--set", "save_steps=1", "--set", "best_metric=greedy_reward",
+                     "--set", "load_best_model_at_end=true")
     assert result.returncode == 0, result.stderr[-3000:]
     assert sha(out / "adapter_model.safetensors") == before
+    assert sorted(p.relative_to(out) for p in out.rglob("checkpoint-*")) == checkpoints  # nothing saved
     eval_dir = out / "eval_only" / f"{out.name}-step_2"
     entries = json.loads((eval_dir / "generation_log_step_2.json").read_text())
     assert len(entries) == 2 and entries[0]["global_step"] == 2
     metrics = json.loads((eval_dir / "eval_metrics.json").read_text())
+    assert metrics["global_step"] == 2
     assert "eval_reward" in metrics["eval"] and "eval_rewards/reward_total/mean" in metrics["eval"]  # single mode
-
-
-def test_eval_only_with_load_best_model_at_end(multi_run, tmp_path):
-    """The settings of a run that keeps its best checkpoint (the sft_grpo_qa preset's load_best_model_at_end): the
-    evaluation saves nothing, so there is no best checkpoint to reload, and transformers' refusal of
-    load_best_model_at_end without saves must not reach it."""
-    out, _, _ = multi_run
-    result = run_cli("--quick-test", "--reward-preset", "math", "--eval-only", "--resume-from-checkpoint", str(out),
-                     "--output-dir", str(tmp_path), "--max-generation-samples", "1", "--set", "max_eval_samples=2",
-                     "--eval-steps", "1", "--set", "save_steps=1", "--set", "best_metric=greedy_reward",
-                     "--set", "load_best_model_at_end=true")
-    assert result.returncode == 0, result.stderr[-3000:]
-    metrics = json.loads((tmp_path / "eval_only" / f"{out.name}-step_2" / "eval_metrics.json").read_text())
-    assert metrics["global_step"] == 2 and "eval_reward" in metrics["eval"]
     assert "reward_mean" in metrics["generation_log"]  # the greedy generation log ran too
-    assert not list(tmp_path.rglob("checkpoint-*"))  # nothing saved
 
 
 def test_multi_logs_one_metric_per_component(multi_run):

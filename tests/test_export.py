@@ -221,9 +221,12 @@ def test_merged_safetensors_answer_as_the_adapter_does_without_peft(run, held_ou
 
     import torch
 
-    result = cli("export", str(run), "--format", "merged", "--dtype", "float32", "-o", str(run / "export" / "m32"))
+    # --no-measure: this test answers the held-out prompts itself (the bf16 export below measures itself)
+    result = cli("export", str(run), "--format", "merged", "--dtype", "float32", "-o", str(run / "export" / "m32"),
+                 "--no-measure")
     assert result.returncode == 0, result.stderr[-3000:]
     merged = run / "export" / "m32"
+    assert "| measured | not measured (--no-measure) |" in (merged / "README.md").read_text()
     assert (merged / "model.safetensors").exists() and not (merged / "adapter_config.json").exists()
     model = AutoModelForCausalLM.from_pretrained(merged).eval()
     assert type(model).__name__ == "LlamaForCausalLM" and model.dtype == torch.float32
@@ -236,6 +239,7 @@ def test_merged_safetensors_answer_as_the_adapter_does_without_peft(run, held_ou
     merged = run / "export" / "merged"
     assert json.loads((merged / "config.json").read_text())["dtype"] == "bfloat16"
     card = (merged / "README.md").read_text()
+    assert "answers as the run's final evaluation" in card  # measured itself
     error = float(re.search(r"bfloat16 weights carry the trained LoRA update with a relative error of ([\d.]+)%",
                             card).group(1)) / 100
     warned = re.search(r"merged: rounding to bfloat16 changes the trained LoRA update by (\d+)%", result.stderr)
@@ -256,6 +260,7 @@ def test_gguf_lora_loads_in_llama_cpp_on_its_base(run, held_out, tokenizer, refe
     lora = next(out.glob("*.lora.gguf"))
     base = next(p for p in out.glob("*.gguf") if p != lora)
     assert (out / "Modelfile").read_text().startswith(f"FROM ./{base.name}\nADAPTER ./{lora.name}\n")
+    assert "answers as the run's final evaluation" in (out / "README.md").read_text()  # it measured itself
     answers = llama_greedy(base, tokenizer, held_out, max_new_tokens, lora=lora)
     assert same_answers(answers, reference) >= 23, list(zip(answers, reference, strict=True))
 
@@ -332,8 +337,10 @@ def push(hub, tmp_path, *args, token=WRITE_TOKEN, xet=False):
     if token is not None:
         env["HF_TOKEN"] = token
     (tmp_path / "hf_home").mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "train_grpo.py", "export", *args, "--format", "gguf-lora", "-o",
-                           str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    # --no-measure: what these tests check is the upload (test_gguf_lora_loads_in_llama_cpp_on_its_base measures)
+    return subprocess.run([sys.executable, "train_grpo.py", "export", *args, "--format", "gguf-lora", "--no-measure",
+                           "-o", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
 
 
 @pytest.mark.parametrize("private, xet", [(True, False), (False, True)], ids=["private-lfs", "public-inline-xet"])
