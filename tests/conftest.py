@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -13,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warm_cli.set_environment(os.environ)  # before any test changes it
 
 # ../shared/data beside the checkout (as in CI): real HH-RLHF and GSM8K rows, MIT licensed.
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -36,6 +38,25 @@ def cli():
     return invoke
 
 
+def train_cli(*args, cwd=ROOT, env=None, timeout=900, input=None) -> subprocess.CompletedProcess:
+    """`python train_grpo.py *args` as a child process, offline, its output captured: warm where a warm interpreter
+    gives what a cold one does (tests/warm_cli.py: ~7 s less per run), cold otherwise or with GRPO_TESTS_COLD=1.
+    `env` adds to this process's environment."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    return warm_cli.run(args, cwd=cwd, env=env, timeout=timeout, input=input)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    warm_cli.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if any(warm_cli.counts.values()):
+        terminalreporter.write_line("train_grpo.py runs (tests/warm_cli.py): " +
+                                    ", ".join(f"{n} {kind}" for kind, n in warm_cli.counts.items()) +
+                                    "".join(f"; {n} cold for {name}" for name, n in warm_cli.cold_because.items()))
+
+
 def make_tiny_model(path):
     """A 2-layer random Llama with the embedded model's tokenizer, saved in `path` (fast trainer-level tests)."""
     from transformers import AutoTokenizer
@@ -57,11 +78,11 @@ FAULT_RUN = ["--quick-test", "--no-4bit", "--max-steps", "3", "--seed", "7", "--
 
 def fault_run(out, *extra, env=None, popen=False):
     """FAULT_RUN into `out` as a child process (Popen with `popen`, else the finished CompletedProcess)."""
-    command = [sys.executable, "train_grpo.py", *FAULT_RUN, "--output-dir", str(out), *extra]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
-    if popen:
+    if popen:  # a test signals it: a process of its own
+        command = [sys.executable, "train_grpo.py", *FAULT_RUN, "--output-dir", str(out), *extra]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return train_cli(*FAULT_RUN, "--output-dir", str(out), *extra, env=env)
 
 
 @pytest.fixture(scope="session")

@@ -5,23 +5,17 @@ One run serves many assertions (each CLI run costs ~40 s on 2 cores), so the run
 
 import hashlib
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import train_cli
 
 pytestmark = pytest.mark.slow
 
 
 def run_cli(*args, env_extra=None, timeout=900):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-           **(env_extra or {})}
-    return subprocess.run([sys.executable, "train_grpo.py", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return train_cli(*args, env={"WANDB_MODE": "offline", **(env_extra or {})}, timeout=timeout)
 
 
 def embedded_weights() -> Path:

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import GSM8K_FILE, ROOT
+from conftest import GSM8K_FILE, ROOT, train_cli
 
 from config.errors import UsageError
 from grpokit.engines import SamplingParams, choose_engine
@@ -292,20 +292,19 @@ def test_prompts_sharing_a_prefix_decode_as_if_alone(peft_and_engine):
 def test_grpo_step_through_the_cli(tmp_path, engine):
     if engine == "llama_cpp":
         pytest.importorskip("llama_cpp")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
     out = tmp_path / "run"
-    result = subprocess.run(
+    result = train_cli(
         # 2 steps on one generation (num_iterations=2, the tutorials' n_update_per_generation): the second step
         # reuses the first's completions with the log-probs the engine sampled them with
-        [sys.executable, "train_grpo.py", "--quick-test", "--output-dir", str(out), "--set", "max_steps=2",
+        "--quick-test", "--output-dir", str(out), "--set", "max_steps=2",
          "--set", "n_update_per_generation=2",
          "--set", f"generation_engine={engine}", "--disable-generation-logging", "--set", "save_steps=0",
          "--set", "max_eval_samples=2",  # the final evaluation: 2 prompts x 4 completions, one batch
          "--generation-threads", "1",
          # llama_cpp: 16-bit, where the trainer computes with the engine's copy of the weights, and a merge at the
          # end that must not write into the engine's read-only mapping (4-bit: test_e2e's runs)
-         *(["--no-4bit", "--save-merged"] if engine == "llama_cpp" else [])],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+         *(["--no-4bit", "--save-merged"] if engine == "llama_cpp" else []),
+        env={"WANDB_MODE": "offline"}, timeout=1800)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Generation engine: {engine}" in (out / "grpo_training.log").read_text()  # the log names it and why
     assert f"engine   {engine}" in result.stdout + result.stderr  # and so does the run header
@@ -475,19 +474,18 @@ def test_auto_falls_back_to_transformers_when_llama_cpp_cannot_run_the_settings(
     """'auto' never ends a run over the engine: a setting llama_cpp does not implement (repetition_penalty) gives one
     warning line and TRL's own generation; asking for llama_cpp by name with it stops with one line and exit 2."""
     pytest.importorskip("llama_cpp")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
-    base = [sys.executable, "train_grpo.py", "--quick-test", "--no-4bit", "--set", "max_steps=1",
+    env = {"WANDB_MODE": "offline"}
+    base = ["--quick-test", "--no-4bit", "--set", "max_steps=1",
             "--set", "repetition_penalty=1.1", "--disable-generation-logging", "--set", "save_steps=0",
             "--set", "max_eval_samples=2"]
-    auto = subprocess.run([*base, "--output-dir", str(tmp_path / "auto")], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=1800)
+    auto = train_cli(*base, "--output-dir", str(tmp_path / "auto"), env=env, timeout=1800)
     assert auto.returncode == 0, auto.stderr[-3000:]
     warnings = [line for line in (auto.stdout + auto.stderr).splitlines() if "WARNING Generation engine" in line]
     assert len(warnings) == 1 and "llama_cpp could not start" in warnings[0], auto.stderr[-2000:]
     assert "repetition_penalty=1.1" in warnings[0]
     assert "engine   transformers (llama_cpp could not start)" in auto.stderr  # the header says what runs
-    named = subprocess.run([*base, "--output-dir", str(tmp_path / "named"), "--generation-engine", "llama_cpp"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    named = train_cli(*base, "--output-dir", str(tmp_path / "named"), "--generation-engine", "llama_cpp", env=env,
+                      timeout=1800)
     assert named.returncode == 2 and "Traceback" not in named.stderr, (named.stdout + named.stderr)[-2000:]
     assert named.stderr.strip().splitlines() == [
         "error: the llama_cpp engine does not implement repetition_penalty=1.1: drop it or use "

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, train_cli
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_M
 
 
 def cli(*args, env=None, timeout=900):
-    return subprocess.run([sys.executable, "train_grpo.py", *args], cwd=ROOT, env={**ENV, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return train_cli(*args, env={"WANDB_MODE": "offline", **(env or {})}, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

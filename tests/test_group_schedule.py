@@ -176,18 +176,15 @@ def test_a_run_grows_its_groups_and_resumes_on_schedule(tiny_model_dir, tmp_path
 def test_cli_run_on_the_embedded_model_with_both_options(tmp_path):
     """The real CLI on the embedded SmolLM2 (Unsloth's CPU backend): the source recipe's 1.0 SFT / 0.5 GRPO on the
     built-in sums while the groups grow 2 -> 4; the log has both per step."""
-    import subprocess
-    import sys
-
-    from conftest import ROOT
+    from conftest import train_cli
 
     out = tmp_path / "out"
-    command = [sys.executable, str(ROOT / "train_grpo.py"), "--quick-test", "--max-steps", "2", "--output-dir", str(out),
+    command = ["--quick-test", "--max-steps", "2", "--output-dir", str(out),
                "--disable-generation-logging", "--set", "adaptive_group_size=true", "--set", "min_group_size=2",
                "--set", "max_group_size=4", "--set", "sft_loss_weight=1.0", "--set", "grpo_loss_weight=0.5",
                "--set", "eval_fraction=0", "--set", "save_steps=0", "--no-4bit", "--set", "max_completion_length=6",
                "--set", "max_eval_samples=2"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    result = train_cli(*command, cwd=tmp_path)  # from another directory than the checkout
     assert result.returncode == 0, result.stderr[-3000:]
     steps = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "group_size" in h]
     assert [h["group_size"] for h in steps] == [2, 4]

@@ -3,12 +3,9 @@ exit 130, the adapter saved and labelled with its step, never "resume"), and twi
 with a line naming the checkpoint that holds the work)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import train_cli
 
 RUN = ["--quick-test", "--no-4bit", "--max-steps", "2", "--seed", "7", "--disable-generation-logging",
        "--set", "per_device_train_batch_size=4", "--set", "num_generations=2", "--set", "save_total_limit=0",
@@ -16,9 +13,7 @@ RUN = ["--quick-test", "--no-4bit", "--max-steps", "2", "--seed", "7", "--disabl
 
 
 def run(*args):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "train_grpo.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    return train_cli(*args)
 
 
 @pytest.mark.slow

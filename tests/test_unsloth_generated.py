@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, make_tiny_model
+from conftest import ROOT, make_tiny_model, train_cli
 
 pytestmark = pytest.mark.slow
 
@@ -82,8 +82,7 @@ def test_the_generated_config_trains_the_stated_objective(generated_run):
 
     # The run's trainer reads the stated values, and --dry-run of its run_config.json states the same
     objective = json.loads((out / "run_config.json").read_text())["objective"]
-    dry = subprocess.run([sys.executable, "train_grpo.py", "--config", str(out / "run_config.json"), "--dry-run"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    dry = train_cli("--config", str(out / "run_config.json"), "--dry-run", timeout=120)
     assert dry.returncode == 0, dry.stderr[-2000:]
     stated = json.loads(dry.stdout)["objective"]
     assert objective["mask_truncated_completions"] is False and objective["epsilon_high"] == 0.2
