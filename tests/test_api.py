@@ -215,30 +215,12 @@ def _docstring_example() -> str:
     return textwrap.dedent("\n".join(lines))
 
 
-@pytest.mark.slow
-def test_the_module_docstring_example_runs(tmp_path):
-    """The spec's snippet, on the embedded model and the built-in task: load, train, save, as written."""
-    code = f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + _docstring_example() + textwrap.dedent("""
-        import json
-        print("METRICS", json.dumps({k: metrics[k] for k in ("global_step", "backend")}))
-    """)
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    metrics = json.loads(re.search(r"METRICS (.*)", result.stdout).group(1))
-    assert metrics == {"global_step": 1, "backend": "unsloth"}
-    out = tmp_path / "my_grpo_outputs"
-    for name in ("adapter_model.safetensors", "tokenizer_config.json", "metrics_summary.json", "trainer_state.json"):
-        assert (out / name).exists(), name
-    # where the snippet ran, grpo_training.log is this run's log (the spec's `tail -f grpo_training.log`)
-    assert (tmp_path / "grpo_training.log").resolve() == (out / "grpo_training.log").resolve()
-    assert "step 1: loss=" in (tmp_path / "grpo_training.log").read_text()
-
-
-@pytest.mark.slow
-def test_train_with_own_rewards_and_rows_then_evaluate(tmp_path):
-    """train(list of dicts) before load_model() loads the model; the user's reward function is scored and logged;
-    evaluate() returns metrics; nothing calls sys.exit."""
+@pytest.fixture(scope="module")
+def two_api_runs(tmp_path_factory):
+    """Two runs through the Python API in one interpreter, as in a notebook: own rewards and rows with evaluate(),
+    then the spec's snippet (the module docstring) as written. One process: the second run must not inherit the
+    first's log handlers, lock or trainer state."""
+    where = tmp_path_factory.mktemp("api")
     code = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(ROOT)!r})
@@ -256,16 +238,46 @@ def test_train_with_own_rewards_and_rows_then_evaluate(tmp_path):
         metrics = trainer.evaluate()
         print("RESULT", json.dumps({{"step": summary["global_step"], "eval": "eval_reward" in metrics,
                                     "greedy": "greedy_reward" in metrics, "names": trainer.reward_set.names}}))
+    """) + _docstring_example() + textwrap.dedent("""
+        import json
+        print("METRICS", json.dumps({k: metrics[k] for k in ("global_step", "backend")}))
     """)
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=900,
+    result = subprocess.run([sys.executable, "-c", code], cwd=where, capture_output=True, text=True, timeout=900,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
+    return where, result
+
+
+@pytest.mark.slow
+def test_the_module_docstring_example_runs(two_api_runs):
+    """The spec's snippet, on the embedded model and the built-in task: load, train, save, as written (after another
+    run in the same interpreter)."""
+    where, result = two_api_runs
+    metrics = json.loads(re.search(r"METRICS (.*)", result.stdout).group(1))
+    assert metrics == {"global_step": 1, "backend": "unsloth"}
+    out = where / "my_grpo_outputs"
+    for name in ("adapter_model.safetensors", "tokenizer_config.json", "metrics_summary.json", "trainer_state.json"):
+        assert (out / name).exists(), name
+    # where the snippet ran, grpo_training.log is this run's log (the spec's `tail -f grpo_training.log`)
+    assert (where / "grpo_training.log").resolve() == (out / "grpo_training.log").resolve()
+    log = (where / "grpo_training.log").read_text()
+    assert "step 1: loss=" in log and "written to my_grpo_outputs/" in log
+    assert "written to out/" not in log  # the first run's lines stayed in its own log
+
+
+@pytest.mark.slow
+def test_train_with_own_rewards_and_rows_then_evaluate(two_api_runs):
+    """train(list of dicts) before load_model() loads the model; the user's reward function is scored and logged;
+    evaluate() returns metrics; nothing calls sys.exit."""
+    where, result = two_api_runs
     got = json.loads(re.search(r"RESULT (.*)", result.stdout).group(1))
     assert got == {"step": 1, "eval": True, "greedy": True, "names": ["accuracy", "format", "length", "says_number"]}
-    entries = json.loads((tmp_path / "out" / "generation_logs" / "generation_log_step_0.json").read_text())
+    entries = json.loads((where / "out" / "generation_logs" / "generation_log_step_0.json").read_text())
     assert "says_number" in entries[0]["rewards"]
-    log = (tmp_path / "out" / "grpo_training.log").read_text()  # the API's run keeps its log as the CLI's does
+    log = (where / "out" / "grpo_training.log").read_text()  # the API's run keeps its log as the CLI's does
     assert "step 1: loss=" in log and "rank 0 of 1 finished at global step 1" in log
+    assert "written to out/generation_logs" in log
+    assert "my_grpo_outputs" not in log  # and the second run's lines went to the second run's log
 
 
 def test_report_subcommand_redraws_from_files_alone(tmp_path):
