@@ -1,7 +1,7 @@
 """`python train_grpo.py ...` for the tests, without paying the imports each time.
 
 A run of the CLI spends ~8 s of a 2-core machine importing Unsloth, TRL, transformers and torch before it reads its
-first argument; the suite starts ~100 of them. Here one warm interpreter per flavour does those imports once, the
+first argument; the suite starts ~45 of them. Here one warm interpreter per flavour does those imports once, the
 way the CLI does them (grpokit.console.quiet_third_party() first, then `import unsloth` before trl / transformers),
 and forks a child per run. The child is an ordinary process from there on: its own pid and process group, the
 request's working directory and environment, stdout / stderr / stdin on files, `sys.argv` and `sys.path[0]` as
@@ -18,7 +18,8 @@ as a cold one's:
 GRPO_TESTS_COLD=1 runs every one cold (the reference this is checked against: tests/test_warm_cli.py).
 
 Children are forked from a process that has run no torch op, so no OpenMP pool is inherited: a child's parallel
-regions start their own threads (checked in tests/test_warm_cli.py)."""
+regions start their own threads (measured: a 1024 x 1024 matmul as fast in a forked child, on 2 threads, as in its
+parent; a 3-step run at 1.6-1.7 s a step warm, whole runs 12-13 s warm against 18-20 s cold)."""
 
 from __future__ import annotations
 
