@@ -81,7 +81,7 @@ class _Warm:
             if name.startswith("HF_XET_"):  # download settings Unsloth derives from free memory at import
                 continue
             if env.get(name) not in (started.get(name), imported.get(name)):
-                cold_because[name] = cold_because.get(name, 0) + 1
+                self.cold_for = name
                 return None
         after = dict(env)
         for name in set(started) | set(imported):
@@ -154,11 +154,9 @@ def run(args, cwd=ROOT, env=None, timeout: float = 900, input: str | None = None
             if returncode != REDO:
                 counts["warm"] += 1
                 return subprocess.CompletedProcess(command, returncode, stdout, stderr)
-            counts["redone cold"] += 1
         else:
-            counts["cold"] += 1
-    else:
-        counts["cold"] += 1
+            cold_because[interpreter.cold_for] = cold_because.get(interpreter.cold_for, 0) + 1
+    counts["redone cold" if kind is not None and child_env is not None else "cold"] += 1
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, input=input)
 
 
