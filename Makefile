@@ -98,12 +98,18 @@ $(TRITON_CPU)/.installed: | $(STAMP)
 	$(PY) -m pip install --quiet --no-deps --target $(TRITON_CPU) triton==$(TRITON_VERSION)
 	touch $@
 
+# The suite in TEST_WORKERS pytest-xdist workers (one thread each: tests/conftest.py), each test file a unit of work,
+# then the few tests that read the machine's load or a sub-second clock, alone. `pytest` alone runs everything in
+# one process.
+TEST_WORKERS ?= 2
 test: install $(LLAMA_STAMP) $(TRITON_CPU)/.installed
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+	$(PY) -m pytest -q -m alone
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not alone"
+	$(PY) -m pytest -q -m "alone and not slow"
 
 lint: install
 	$(PY) -m ruff check .

@@ -1,5 +1,6 @@
 """Shared fixtures. Tests never touch the network: a hub call must fail fast, not hang."""
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-warm_cli.set_environment(os.environ)  # before any test changes it
+# `make test` runs the suite in two pytest-xdist workers (PYTEST_XDIST_WORKER set in each): each computes on one
+# thread, its own and its CLI runs'. Two processes whose OpenMP pools each want both cores spin against each other:
+# measured, a merged model's greedy pass in one worker took 296 s beside the other worker's runs, 60 s alone.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # ../shared/data beside the checkout (as in CI): real HH-RLHF and GSM8K rows, MIT licensed.
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -46,8 +51,34 @@ def train_cli(*args, cwd=ROOT, env=None, timeout=900, input=None) -> subprocess.
     return warm_cli.run(args, cwd=cwd, env=env, timeout=timeout, input=input)
 
 
+# `make test` gives each xdist worker whole test files (`--dist loadfile`: a file's module fixtures are made once), in
+# collection order: the longest files start first, so that neither worker is left alone with one at the end (make
+# test's durations).
+LONGEST_FIRST = ("test_export", "test_engines", "test_distributed", "test_bench", "test_faults")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest files first, the others in their usual order (the same order in every worker: each collects for
+    itself, and xdist checks that they agree)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable
+
+
 def pytest_sessionfinish(session, exitstatus):
     warm_cli.close()
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: its counts go to the controller
+        session.config.workeroutput["warm_cli"] = json.dumps([warm_cli.counts, warm_cli.cold_because])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller adds up the workers' warm / cold counts."""
+    if "warm_cli" in getattr(node, "workeroutput", {}):
+        counts, because = json.loads(node.workeroutput["warm_cli"])
+        for kind, n in counts.items():
+            warm_cli.counts[kind] += n
+        for name, n in because.items():
+            warm_cli.cold_because[name] = warm_cli.cold_because.get(name, 0) + n
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -68,7 +99,7 @@ def make_tiny_model(path):
     return save_tiny_llama(path, AutoTokenizer.from_pretrained(embedded_model_dir()))
 
 
-# The real run that tests/test_faults.py and tests/test_resume.py break (a reward raising, a full disk, kill -9,
+# The real run that tests/test_faults.py breaks (a reward raising, a full disk, kill -9,
 # Ctrl-C) and resume: 16-bit weights (bit-exact resume), 3 steps, small groups, a reward that can fail on demand
 # (constant 0 otherwise: no change to training). Each such run is ~20 s on 2 quiet cores.
 FAULT_RUN = ["--quick-test", "--no-4bit", "--max-steps", "3", "--seed", "7", "--disable-generation-logging",
@@ -83,16 +114,6 @@ def fault_run(out, *extra, env=None, popen=False):
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **(env or {})}
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return train_cli(*FAULT_RUN, "--output-dir", str(out), *extra, env=env)
-
-
-@pytest.fixture(scope="session")
-def straight(tmp_path_factory):
-    """FAULT_RUN uninterrupted: what every broken and resumed one must end like (tests/test_faults.py and
-    tests/test_resume.py share it)."""
-    out = tmp_path_factory.mktemp("straight") / "run"
-    result = fault_run(out, "--set", "save_steps=0")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
 
 
 def sandbox_leftovers() -> set[str]:

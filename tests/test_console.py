@@ -353,6 +353,7 @@ def listening_port():
     server.close()
 
 
+@pytest.mark.alone  # a wall-clock bound of a fraction of a second
 def test_offline_answers_at_once_without_touching_the_network(fresh_hub):
     fresh_hub.setenv("HF_HUB_OFFLINE", "1")
     fresh_hub.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("no connection when offline"))
@@ -363,6 +364,7 @@ def test_offline_answers_at_once_without_touching_the_network(fresh_hub):
     assert time.perf_counter() - started < 0.1
 
 
+@pytest.mark.alone  # a wall-clock bound of a fraction of a second
 def test_unreachable_endpoint_answers_within_the_timeout(fresh_hub):
     # A connection that never completes (as behind a firewall that drops packets, or a resolver that hangs).
     def hangs(*args, **kwargs):  # then fails as a real timeout would, so the abandoned thread ends quietly
@@ -410,6 +412,7 @@ def test_proxy_is_what_gets_connected(fresh_hub, listening_port):
         hub.require_hub("model 'x'")
 
 
+@pytest.mark.alone  # a wall-clock bound of a fraction of a second
 def test_this_machine_answers_within_two_seconds(fresh_hub):
     """The real network, whatever it is (offline here, online in CI): an answer in at most 2 s."""
     started = time.perf_counter()

@@ -13,6 +13,8 @@ import pytest
 
 from grpokit.cpu_threads import LoadMeter, cgroup_quota, threads_for
 
+pytestmark = pytest.mark.alone  # the cores' load is what these tests read: no other test may run meanwhile
+
 ROOT = Path(__file__).resolve().parent.parent
 BUSY = [sys.executable, "-c", "while True: pass"]
 

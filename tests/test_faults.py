@@ -1,9 +1,9 @@
 """No fault loses work: atomic checkpoints, the output-dir lock, and real faults injected into real runs.
 
 Fast tests use real files and processes (no model). The slow ones run the real CLI on the embedded model and break it
-for real: a user's reward function raising, a filesystem that fills up during a save (a small tmpfs), and kill -9
-while a checkpoint is being written. Each then resumes with `--resume-from-checkpoint latest` and must end where an
-uninterrupted run ends (same final step, same adapter: 16-bit weights are bit-exact on resume, see docs/checkpoints.md).
+for real: a user's reward function raising, a filesystem that fills up during a save (a small tmpfs), kill -9 while a
+checkpoint is being written, Ctrl-C mid-run. Each then resumes with `--resume-from-checkpoint latest` and must end
+where an uninterrupted run ends (same final step, same adapter: 16-bit weights are bit-exact on resume, see docs/checkpoints.md).
 """
 
 import json
@@ -23,6 +23,7 @@ from conftest import fault_run as _cli
 from config.errors import UsageError
 from grpokit.checkpoints import (
     COMPLETE,
+    MANIFEST,
     WRITING,
     check_checkpoint,
     check_disk_space,
@@ -324,6 +325,15 @@ def test_generation_logging_lets_a_reward_error_through(tmp_path):
 
 # ---- real faults in real runs ----------------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """conftest.FAULT_RUN uninterrupted: what every broken and resumed run below must end like."""
+    out = tmp_path_factory.mktemp("straight") / "run"
+    result = _cli(out, "--set", "save_steps=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
 def _assert_ends_like(out, straight):
     from safetensors.torch import load_file
 
@@ -408,3 +418,43 @@ def test_kill_9_while_writing_a_checkpoint_then_resume_latest(tmp_path, straight
     assert "Traceback (most recent" not in resumed.stderr
     assert list(out.glob("incomplete-checkpoint-2-*/adapter_config.json")) or list(out.glob("incomplete-checkpoint-2-*"))
     _assert_ends_like(out, straight)
+
+
+@pytest.mark.slow
+def test_sigint_then_resume_latest_matches_the_uninterrupted_run(tmp_path, straight):
+    """Ctrl-C mid-run, then `--resume-from-checkpoint latest`: the same adapter and logged steps as the uninterrupted
+    run (conftest.FAULT_RUN: 16-bit weights, bit-exact on resume; with bitsandbytes 4-bit on CPU the first resumed
+    step can sample one token differently, see docs/checkpoints.md)."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "interrupted"
+    proc = _cli(out, "--set", "save_steps=1", popen=True)
+    deadline = time.time() + 600
+    while not (out / "checkpoint-1" / "trainer_state.json").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # during step 2: it finishes, is saved, and the run stops
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "--resume-from-checkpoint" in stderr  # says how to resume
+    stopped_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    assert 1 <= stopped_at < 3
+    assert not (out / "adapter_model.safetensors").exists()  # no final adapter for an unfinished run
+
+    resumed = _cli(out, "--set", "save_steps=1", "--resume-from-checkpoint", "latest")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+    a, b = load_file(straight / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors")
+    assert a.keys() == b.keys()
+    assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) <= 1e-6
+
+    def history(path):
+        return {h["step"]: h for h in json.loads((path / "trainer_state.json").read_text())["log_history"]
+                if "reward" in h}
+
+    h_straight, h_resumed = history(straight), history(out)
+    assert sorted(h_resumed) == [1, 2, 3]
+    for step in range(stopped_at + 1, 4):  # the steps trained after the resume point
+        for key in ("reward", "learning_rate", "loss", "completions/mean_length"):
+            assert h_resumed[step][key] == pytest.approx(h_straight[step][key], abs=1e-6), (step, key)
+    assert (out / f"checkpoint-{stopped_at}" / MANIFEST).exists()
+    assert (out / f"checkpoint-{stopped_at}" / COMPLETE).exists()  # the Ctrl-C checkpoint is published whole

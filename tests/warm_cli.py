@@ -1,7 +1,7 @@
 """`python train_grpo.py ...` for the tests, without paying the imports each time.
 
 A run of the CLI spends ~8 s of a 2-core machine importing Unsloth, TRL, transformers and torch before it reads its
-first argument; the suite starts ~45 of them. Here one warm interpreter per flavour does those imports once, the
+first argument; the suite starts ~45 of them. Here a warm interpreter per flavour does those imports once, the
 way the CLI does them (grpokit.console.quiet_third_party() first, then `import unsloth` before trl / transformers),
 and forks a child per run. The child is an ordinary process from there on: its own pid and process group, the
 request's working directory and environment, stdout / stderr / stdin on files, `sys.argv` and `sys.path[0]` as
@@ -13,8 +13,10 @@ as a cold one's:
   default). A child whose configuration asks for the transformers backend exits with REDO before anything is written
   (build_config is checked right after it returns), and the run is started cold instead.
 - flavour "plain": `export` (torch, transformers and PEFT, no Unsloth: what an export imports).
-- everything else (`--help`, `report`, `doctor`, `--verbose`, an environment that changes a variable read at import
-  time, Popen-style runs that a test signals) runs as a cold `subprocess.run`.
+- everything else (`--help`, `report`, `doctor`, `--verbose`, Popen-style runs that a test signals) runs as a cold
+  `subprocess.run`.
+A warm interpreter starts from its first request's environment; a later request whose environment changes a variable
+read at import time goes to a second one of the flavour started from it, or, past two, cold.
 GRPO_TESTS_COLD=1 runs every one cold (the reference this is checked against: tests/test_warm_cli.py).
 
 Children are forked from a process that has run no torch op, so no OpenMP pool is inherited: a child's parallel
@@ -118,25 +120,27 @@ class _Warm:
             self.process.wait(timeout=30)
 
 
-_warm: dict[str, _Warm] = {}
+_warm: dict[str, list[_Warm]] = {}
+PER_FLAVOUR = 2  # warm interpreters of one flavour at most: the suite's usual environment and one other
 counts = {"warm": 0, "cold": 0, "redone cold": 0}  # said at the end of the test run (tests/conftest.py)
 cold_because: dict[str, int] = {}  # the variable that sent a run cold: how often
-_environment: dict[str, str] = {}  # the warm interpreters' environment: pytest's, before any test changed it
 
 
-def set_environment(env: dict[str, str]) -> None:
-    """The environment warm interpreters start with (tests/conftest.py: pytest's, at its start). A test that
-    changes os.environ (PYTHONPATH, a token) must not change what every later run imported."""
-    _environment.clear()
-    _environment.update(env)
-
-
-def warm(kind: str) -> _Warm:
-    """The warm interpreter of this flavour, started on first use (~8 s) or again if it exited."""
-    if kind not in _warm or _warm[kind].process.poll() is not None:
-        _warm[kind] = _Warm(kind, _environment or os.environ)
-    return _warm[kind]
-
+def warm(kind: str, env: dict[str, str] | None = None) -> _Warm | None:
+    """A warm interpreter of this flavour whose imports read what a cold run's would with `env` (os.environ when
+    None): one already running, else one started from `env` itself (~8 s), at most PER_FLAVOUR of them (None past
+    that: the run goes cold). Started from the request's environment, not the one pytest began with: a test that
+    imports Unsloth in this process adds its variables (TRITON_DISABLE_LINE_INFO, ...) to every later run's."""
+    env = dict(os.environ if env is None else env)
+    running = _warm.setdefault(kind, [])
+    running[:] = [interpreter for interpreter in running if interpreter.process.poll() is None]
+    for interpreter in running:
+        if interpreter.environment_for(env) is not None:
+            return interpreter
+    if len(running) == PER_FLAVOUR:
+        return None
+    running.append(_Warm(kind, env))
+    return running[-1]
 
 
 def run(args, cwd=ROOT, env=None, timeout: float = 900, input: str | None = None) -> subprocess.CompletedProcess:
@@ -146,23 +150,23 @@ def run(args, cwd=ROOT, env=None, timeout: float = 900, input: str | None = None
     env = dict(os.environ if env is None else env)
     command = [sys.executable, str(SCRIPT), *args]
     kind = None if os.environ.get("GRPO_TESTS_COLD") == "1" else flavour(args)
-    if kind is not None:
-        interpreter = warm(kind)
-        child_env = interpreter.environment_for(env)
-        if child_env is not None:
-            returncode, stdout, stderr = interpreter.run(args, Path(cwd), child_env, timeout, input)
-            if returncode != REDO:
-                counts["warm"] += 1
-                return subprocess.CompletedProcess(command, returncode, stdout, stderr)
-        else:
-            cold_because[interpreter.cold_for] = cold_because.get(interpreter.cold_for, 0) + 1
-    counts["redone cold" if kind is not None and child_env is not None else "cold"] += 1
+    interpreter = warm(kind, env) if kind is not None else None
+    if interpreter is not None:
+        returncode, stdout, stderr = interpreter.run(args, Path(cwd), interpreter.environment_for(env), timeout, input)
+        if returncode != REDO:
+            counts["warm"] += 1
+            return subprocess.CompletedProcess(command, returncode, stdout, stderr)
+    elif kind is not None:
+        reason = _warm[kind][0].cold_for
+        cold_because[reason] = cold_because.get(reason, 0) + 1
+    counts["redone cold" if interpreter is not None else "cold"] += 1
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, input=input)
 
 
 def close() -> None:
-    for warm in _warm.values():
-        warm.close()
+    for running in _warm.values():
+        for interpreter in running:
+            interpreter.close()
     _warm.clear()
 
 
