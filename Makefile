@@ -99,16 +99,17 @@ $(TRITON_CPU)/.installed: | $(STAMP)
 	touch $@
 
 # The suite in TEST_WORKERS pytest-xdist workers (one thread each: tests/conftest.py), each test file a unit of work,
-# then the few tests that read the machine's load or a sub-second clock, alone. `pytest` alone runs everything in
-# one process.
+# handed out in collection order (--no-loadscope-reorder: conftest puts the longest files first; xdist would start
+# the files with the most tests), then the few tests that read the machine's load or a sub-second clock, alone.
+# `pytest` alone runs everything in one process.
 TEST_WORKERS ?= 2
 test: install $(LLAMA_STAMP) $(TRITON_CPU)/.installed
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone"
 	$(PY) -m pytest -q -m alone
 
 test-fast: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not alone"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not alone"
 	$(PY) -m pytest -q -m "alone and not slow"
 
 lint: install
