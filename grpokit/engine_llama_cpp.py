@@ -23,9 +23,11 @@ import ctypes
 import functools
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +141,9 @@ class LlamaCppEngine:
         self._ctx_sequences = self._ctx_cells = 0
         self._adapter = None
         self._lora_dir = tempfile.mkdtemp(prefix="grpo-lora-")
+        # removed by close(), or at the interpreter's exit where nothing closed the engine (__del__ does nothing
+        # then): a run ended without it, leaving one empty directory in /tmp per run
+        self._remove_lora_dir = weakref.finalize(self, shutil.rmtree, self._lora_dir, ignore_errors=True)
         self.weights = "the weights in the GGUF"  # what it samples from (from_model_dir says which)
         self._shared: list = []  # trainer modules whose weight is a view of this engine's mapping
         self._own_dtype: dict = {}  # their weight's dtype before sharing (unshare_weights gives it back)
@@ -487,8 +492,7 @@ class LlamaCppEngine:
         if getattr(self, "_model", None):
             self._L.llama_model_free(self._model)
             self._model = None
-        if os.path.isdir(self._lora_dir):
-            os.rmdir(self._lora_dir)
+        self._remove_lora_dir()
         self._L = None
 
     def __del__(self):

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -284,6 +285,20 @@ def test_prompts_sharing_a_prefix_decode_as_if_alone(peft_and_engine):
         # f16 KV cache and matmuls over a different batch: up to ~0.007 apart (the same before the tree, measured)
         np.testing.assert_allclose(np.concatenate(together_lps[2 * index:2 * index + 2]),
                                    np.concatenate(alone_lps), atol=0.02)
+
+
+def test_an_engine_nobody_closed_leaves_no_directory_at_exit(tmp_path):
+    """A run ends without closing its engine; the engine's LoRA scratch directory (a temporary directory) must go with
+    the process all the same, not stay behind in /tmp, one per run."""
+    pytest.importorskip("llama_cpp")
+    script = ("from grpokit.engine_llama_cpp import LlamaCppEngine\n"
+              "from grpokit.model_loader import embedded_model_dir\n"
+              "engine = LlamaCppEngine.from_model_dir(embedded_model_dir(), threads=1)\n"
+              "print(engine._lora_dir)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    scratch = Path(result.stdout.split()[-1])
+    assert scratch.name.startswith("grpo-lora-") and not scratch.exists()
 
 
 # ---- a whole GRPO step through the real CLI, per engine ------------------------------------------------------------
