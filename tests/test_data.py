@@ -275,7 +275,7 @@ def test_bad_custom_files(tmp_path, rows, message):
      "is not JSONL (one JSON object per line): it holds a JSON object spread over lines"),
     ("rows.jsonl", json.dumps([{"prompt": "a"}]).encode(), "is not JSONL (one JSON object per line): line 1 is a "
                                                            "JSON array"),
-    ("rows.jsonl", gzip.compress(b'{"prompt": "a"}\n'),
+    ("rows.jsonl", gzip.compress(b'{"prompt": "a"}\n', mtime=0),
      "is not JSONL (one JSON object per line): it is gzip-compressed; name it rows.jsonl.gz or gunzip it."),
 ])
 def test_a_file_that_is_not_jsonl_says_so(cli, tmp_path, name, content, message):
