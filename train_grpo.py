@@ -24,6 +24,7 @@ import typer
 
 from config.errors import UsageError
 from config.schema import (
+    PANEL_AGENTS,
     PANEL_CHECKPOINTS,
     PANEL_DATA,
     PANEL_LOGGING,
@@ -90,6 +91,9 @@ def main(
         None, PANEL_REWARDS, "--score-completions",
         help="Score rows {prompt, completion | completions, ...reference columns} from a JSONL file with the "
              "configured rewards and print one JSON object per row; no model is loaded.")] = None,
+    # ---- Tools & environments
+    tool: Annotated[list[str] | None, _opt("tools", PANEL_AGENTS, "--tool")] = None,
+    environment: Annotated[list[str] | None, _opt("environment", PANEL_AGENTS, "--environment")] = None,
     # ---- Training
     config_file: Annotated[str | None, _opt(None, PANEL_TRAINING, "--config", "-c",
                                             help="JSON or YAML config file (keys = config fields; "
@@ -175,6 +179,7 @@ def main(
             "answer_field": answer_field, "chosen_field": chosen_field, "rejected_field": rejected_field,
             "reward_function_type": reward_function, "reward_config": reward_config,
             "reward_config_name": reward_preset, "custom_rewards": reward or None,
+            "tools": tool or None, "environment": environment or None,
             "num_train_epochs": epochs, "max_steps": max_steps, "learning_rate": learning_rate,
             "per_device_train_batch_size": batch_size, "num_generations": num_generations, "seed": seed,
             "output_dir": output_dir, "overwrite_output_dir": overwrite_output_dir,
@@ -238,6 +243,8 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
                                                   if trainer.load_plan is not None else None)}
         from grpokit.group_schedule import schedule_from_config
 
+        if trainer.agent is not None and trainer.agent.active:  # the tools, their schemas, template and parser
+            document["agent"] = trainer.agent.describe()
         schedule = schedule_from_config(config, int(os.environ.get("WORLD_SIZE", "1")))
         if schedule is not None:  # adaptive_group_size: {logged step: completions per prompt from that step on}
             document["group_size_schedule"] = schedule.changes()

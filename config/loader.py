@@ -854,6 +854,20 @@ def check_advantage_options(config: GRPORunConfig, world_size: int = 1) -> None:
         raise UsageError(f"dynamic_sampling keeps or drops whole groups per process: per_device_train_batch_size x "
                          f"steps per generation ({local}) must be a multiple of num_generations "
                          f"({config.num_generations}).")
+    _check_agents(config)
+
+
+def _check_agents(config: GRPORunConfig) -> None:
+    """The tool fields' ranges (the tools themselves are resolved by grpokit/agents.py `plan`, before loading)."""
+    if config.max_tool_calling_iterations < 1:
+        raise UsageError(f"'max_tool_calling_iterations' must be at least 1, not {config.max_tool_calling_iterations}"
+                         " (drop --tool / --environment for a run without tools).")
+    for name in ("tool_result_max_chars", "tool_timeout"):
+        if getattr(config, name) < 0:
+            raise UsageError(f"'{name}' must be 0 (no limit) or more, not {getattr(config, name)}.")
+    if config.tool_memory_mb < 64:
+        raise UsageError(f"'tool_memory_mb' must be at least 64 (the interpreter alone needs ~30 MiB), not "
+                         f"{config.tool_memory_mb}.")
 
 
 def check_batch_arithmetic(config: GRPORunConfig, world_size: int = 1) -> None:

@@ -20,6 +20,7 @@ PANEL_DATA = "Data"
 PANEL_REWARDS = "Rewards"
 PANEL_TRAINING = "Training"
 PANEL_LOGGING = "Logging & evaluation"
+PANEL_AGENTS = "Tools & environments"
 PANEL_CHECKPOINTS = "Checkpoints"
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -183,6 +184,34 @@ class GRPORunConfig:
         "require_sandbox still refuses (docs/code-tasks.md).",
         PANEL_REWARDS,
     )
+
+    # ---- Tools & environments (grpokit/agents.py; docs/agents.md) --------------------------------------------
+    tools: list[str] = _f(
+        [],
+        "Tools the model may call while it answers: built-ins by name ('python': runs the code in the sandbox and "
+        "returns what it prints; 'calculator': exact arithmetic) or 'module.path:function' (its name, type hints "
+        "and docstring are the schema the model sees).",
+        PANEL_AGENTS,
+    )
+    environment: list[str] = _f(
+        [],
+        "A multi-turn environment: 'python_repl' (a sandboxed interpreter whose variables persist across one "
+        "rollout's calls) or 'module.path:Class' (one instance per rollout, reset(**row) at its start, its public "
+        "methods are tools); several as name=module:Class entries, picked by each row's 'environment' column.",
+        PANEL_AGENTS,
+    )
+    max_tool_calling_iterations: int = _f(
+        4, "Tool rounds per completion: after this many the model's turn ends where it is.", PANEL_AGENTS, True,
+    )
+    tool_result_max_chars: int = _f(
+        2000, "A tool's result is cut at this many characters, with a marker saying so (0 = no limit).",
+        PANEL_AGENTS,
+    )
+    tool_timeout: float = _f(
+        10.0, "Seconds one tool call may take; past it the call fails and the model is told (0 = no limit).",
+        PANEL_AGENTS,
+    )
+    tool_memory_mb: int = _f(512, "Memory of one 'python' / 'python_repl' call's sandbox, in MiB.", PANEL_AGENTS)
 
     # ---- Training (TRL GRPOConfig) ------------------------------------------------------------------------------
     output_dir: str = _f("./grpo_outputs", "Where checkpoints, the adapter, logs and plots go.", PANEL_TRAINING, True)

@@ -17,6 +17,11 @@ tests/test_layout.py checks it):
                            against the run's final evaluation; an Ollama Modelfile, a Hub upload with a model card
     trl_trainer.py         TRLGRPOTrainer: TRL's GRPOTrainer subclass (atomic checkpoints, resumed lr, shared prompts,
                            the generation engine)
+    agents.py              tools and multi-turn environments (the door): resolved and turned into schemas before
+                           loading, guarded calls, the chat template + parser per model family, the logs' rollouts
+                           through TRL's tool loop
+    agent_tools.py         the built-in tools: `python` (the sandbox), `calculator` (exact arithmetic), the
+                           `python_repl` environment
     objective.py           the loss settings a run trains, stated once (--dry-run, header, run_config.json) and the
                            same on every machine: handed to TRL explicitly, put back where Unsloth's GPU config rewrites
     advantages.py          group baselines (mean, median, EMA, leave-one-out), reward scale / clip / running

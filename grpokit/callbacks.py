@@ -18,6 +18,7 @@ from transformers import TrainerCallback
 from config.errors import UsageError
 from grpokit.run_dir import BEST_CHECKPOINT, PASS_AT_K_FILE
 from rewards import RewardSet, WeightedSum, weighted_total
+from rewards.base import completion_text, tool_calls
 
 log = logging.getLogger("grpo")
 
@@ -138,6 +139,10 @@ class GenerationLogger(TrainerCallback):
             # the file's path goes to the log file only: on the console the line stays within 80 columns
             log.info("Generation log step %d: mean reward %.3f over %d prompts", global_step, summary["reward_mean"],
                      len(entries))
+            if "tool_call_rate" in summary:
+                log.info("Step %d: tool calls in %.0f%% of completions, %.2f per completion, %.2f failed", global_step,
+                         100 * summary["tool_call_rate"], summary["tool_calls_per_completion"],
+                         summary["tool_failures_per_completion"])
             if self.pass_k and f"pass@{self.pass_k}" in summary:  # also at step 0: the figure training must beat
                 log.info("Step %d: pass@1 %.3f, pass@%d %.3f (sampled)", global_step, summary["pass@1"], self.pass_k,
                          summary[f"pass@{self.pass_k}"])
@@ -222,10 +227,12 @@ class GenerationLogger(TrainerCallback):
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(1234)  # the same samples for the same weights at every evaluation
         try:
-            new_tokens = self._generate(model, texts, sample=True, n=k)
+            if self.agentic:  # trajectories: the rewards judge each one's last assistant turn
+                completions = self._trajectories(k, greedy=False)[0]
+            else:
+                completions = [self._decode(ids)[0] for ids in self._generate(model, texts, sample=True, n=k)]
         finally:
             torch.random.set_rng_state(generator_state)  # do not disturb training's sampling stream
-        completions = [self._decode(ids)[0] for ids in new_tokens]
         if "tests" in self.rows[0]:  # code: correct = every test passes (rewards/code.py's sandbox)
             from rewards.code import passes_all
 
@@ -255,20 +262,41 @@ class GenerationLogger(TrainerCallback):
             ids, truncated = [t for t in ids if t != pad], True
         return self.tokenizer.decode(ids, skip_special_tokens=True), ids, truncated
 
+    @property
+    def agentic(self) -> bool:
+        """A run with tools or environments: its logs are trajectories through TRL's tool loop (grpokit/agents.py)."""
+        return self.trainer is not None and bool(getattr(self.trainer, "tools", None))
+
+    def _trajectories(self, n: int, greedy: bool):
+        """n trajectories per row through TRL's generation and tool loop: (message lists, completion ids, tool masks);
+        the tokens of each trajectory are the model's turns and the tools' results, as in training."""
+        from grpokit.agents import rollout
+
+        return rollout(self.trainer, self.rows, n=n, greedy=greedy)
+
     def _generate_and_score(self, model, global_step: int) -> list[dict[str, Any]]:
         tokenizer = self.tokenizer
         prompts = [row["prompt"] for row in self.rows]
-        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-        new_tokens = self._generate(model, texts)
+        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True,
+                                               tools=getattr(self.trainer, "tools", None) or None) for p in prompts]
         completion_ids, completions, truncated = [], [], []
-        for row_tokens in new_tokens:
-            text, ids, cut = self._decode(row_tokens)
-            completion_ids.append(ids)
-            completions.append(text)
-            truncated.append(cut)
+        trajectories, model_tokens = None, None
+        if self.agentic:
+            trajectories, completion_ids, masks = self._trajectories(1, greedy=True)
+            stops = {tokenizer.eos_token_id, *getattr(self.trainer, "eos_token_ids", ())}
+            completions = [completion_text(t) for t in trajectories]
+            truncated = [not ids or ids[-1] not in stops for ids in completion_ids]
+            model_tokens = [sum(mask) for mask in masks]
+            conversational = trajectories
+        else:
+            for row_tokens in self._generate(model, texts):
+                text, ids, cut = self._decode(row_tokens)
+                completion_ids.append(ids)
+                completions.append(text)
+                truncated.append(cut)
+            conversational = [[{"role": "assistant", "content": c}] for c in completions]
         # Every reference column, as TRL hands them to rewards in training (code rows: tests, entry_point, ...).
         columns = {k: [row.get(k) for row in self.rows] for k in self.rows[0] if k not in ("id", "prompt")}
-        conversational = [[{"role": "assistant", "content": c}] for c in completions]
         per = WeightedSum(self.reward_set).components(
             prompts=prompts, completions=conversational, completion_ids=completion_ids, **columns)
         totals = weighted_total(per, self.reward_set.weights)
@@ -285,13 +313,16 @@ class GenerationLogger(TrainerCallback):
                 "id": row.get("id"),
                 "prompt": prompts[i],
                 "generated": completions[i],
-                "full_response": texts[i] + completions[i],
+                "full_response": texts[i] + (tokenizer.decode(completion_ids[i]) if trajectories else completions[i]),
                 "rewards": {name: values[i] for name, values in per.items()},
                 "reward_total": totals[i],
-                "completion_tokens": len(completion_ids[i]),
+                "completion_tokens": model_tokens[i] if model_tokens else len(completion_ids[i]),
                 "truncated": truncated[i],
                 "split": "eval" if self.held_out else "train",
             }
+            if trajectories is not None:  # what the agent did: every turn, and each call with its result
+                entry["trajectory"] = trajectories[i]
+                entry["tool_calls"] = tool_calls(trajectories[i])
             for key in ("answer", "chosen"):
                 if key in row:
                     entry[f"reference_{key}"] = row[key]
@@ -349,6 +380,11 @@ def summarise(entries: list[dict[str, Any]], names: list[str]) -> dict[str, Any]
     for name in names:
         values = [e["rewards"][name] for e in entries if e["rewards"].get(name) is not None]
         summary[f"rewards/{name}"] = sum(values) / len(values) if values else None
+    if any("tool_calls" in e for e in entries):  # a tool run: how often the agent reached for a tool, and failed
+        calls = [e.get("tool_calls") or [] for e in entries]
+        summary["tool_call_rate"] = sum(1 for c in calls if c) / n
+        summary["tool_calls_per_completion"] = sum(len(c) for c in calls) / n
+        summary["tool_failures_per_completion"] = sum(1 for c in calls for call in c if call.get("failed")) / n
     return summary
 
 

@@ -278,11 +278,22 @@ def _step_line(state: _ProgressState, logs: dict[str, Any]) -> str:
         parts.append(f"loss {_num(logs['loss'], 4)}")
     if isinstance(logs.get("kl"), (int, float)) and logs["kl"]:
         parts.append(f"kl {_num(logs['kl'], 4)}")
+    parts += _tool_parts(logs)
     per_step = state.seconds_per_step()
     if per_step is not None:
         parts.append(f"{per_step:.1f} s/step")
         parts.append(f"ETA {_duration(state.eta())}")
     return "  ".join(parts)
+
+
+def _tool_parts(logs: dict[str, Any], prefix: str = "") -> list[str]:
+    """A tool run's calls and failed calls per completion (TRL's tools/call_frequency, tools/failure_frequency:
+    failures per call, shown here per completion)."""
+    calls = logs.get(f"{prefix}tools/call_frequency")
+    if not isinstance(calls, (int, float)):
+        return []
+    failures = logs.get(f"{prefix}tools/failure_frequency") or 0.0
+    return [f"tools {_num(calls, 2)}/completion, {_num(calls * failures, 2)} failed"]
 
 
 def _eval_line(step: int, metrics: dict[str, Any]) -> str:
@@ -294,6 +305,7 @@ def _eval_line(step: int, metrics: dict[str, Any]) -> str:
                   if k.startswith("eval_rewards/") and k.endswith("/mean")}
     if len(components) > 1:
         parts.append("(" + ", ".join(f"{k} {_num(v, 2)}" for k, v in components.items()) + ")")
+    parts += _tool_parts(metrics, "eval_")
     if "eval_completions/mean_length" in metrics:
         parts.append(f"length {_num(metrics['eval_completions/mean_length'], 1)}")
     if "eval_runtime" in metrics:

@@ -63,54 +63,89 @@ def _tokenizer(trainer):
     return getattr(processing_class, "tokenizer", processing_class)  # a VLM processor wraps its tokenizer
 
 
-def _reply_ids(trainer, prompt, reply: str) -> list[int]:
-    """The reply's tokens as the chat template writes them after TRL's generation prompt (end-of-turn included);
-    plain-text prompts get the reply plus EOS. Cut at max_completion_length, as completions are."""
+def _render(tokenizer, messages, trainer, generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tools=trainer.tools or None,
+                                         chat_template=trainer.chat_template, tokenize=False,
+                                         **trainer.chat_template_kwargs)
+
+
+def _reply_ids(trainer, prompt, reply) -> tuple[list[int], list[int]]:
+    """The reply's tokens as the chat template writes them after TRL's generation prompt (end-of-turn included),
+    and which of them are trained (1). Plain-text prompts get the reply plus EOS. A reply may be a trajectory (a
+    list of messages: assistant turns with tool calls, tool results, the final answer): it is tokenised piece by
+    piece as TRL's tool loop builds a completion, and only the assistant turns are trained, never a tool's result.
+    Cut at max_completion_length, as completions are."""
     tokenizer = _tokenizer(trainer)
-    ids = None
+
+    def tokens(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    ids, trained = None, None
     if isinstance(prompt, list):
-        kwargs = dict(tools=trainer.tools or None, chat_template=trainer.chat_template, tokenize=False,
-                      **trainer.chat_template_kwargs)
-        head = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, **kwargs)
-        full = tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": reply}], **kwargs)
-        if full.startswith(head):
-            ids = tokenizer(full[len(head):], add_special_tokens=False)["input_ids"]
-    if ids is None:  # plain-text prompts, or a template that rewrites earlier turns (e.g. thinking blocks)
-        ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return ids[: trainer.max_completion_length]
+        messages = reply if isinstance(reply, list) else [{"role": "assistant", "content": reply}]
+        ids, trained = [], []
+        done = _render(tokenizer, prompt, trainer, True)
+        for k, message in enumerate(messages):
+            role = message.get("role") if isinstance(message, dict) else None
+            if role == "assistant":
+                before = _render(tokenizer, [*prompt, *messages[:k]], trainer, True)
+                if not before.startswith(done):  # a template that rewrites earlier turns (e.g. thinking blocks)
+                    ids = None
+                    break
+                gap = tokens(before[len(done):])  # the tool turns and the assistant header: context, not trained
+                after = _render(tokenizer, [*prompt, *messages[:k + 1]], trainer, False)
+                if not after.startswith(before):
+                    ids = None
+                    break
+                own = tokens(after[len(before):])
+                ids += gap + own
+                trained += [0] * len(gap) + [1] * len(own)
+                done = after
+        if ids is not None and not ids:
+            ids = None
+    if ids is None:  # plain-text prompts, or a template that rewrites earlier turns
+        text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
+        ids = tokens(text) + [tokenizer.eos_token_id]
+        trained = [1] * len(ids)
+    limit = trainer.max_completion_length
+    return ids[:limit], trained[:limit]
 
 
 def attach_references(trainer, inputs: list[dict[str, Any]], output: dict[str, Any]) -> None:
-    """After TRL's `_generate_and_score_completions`: add each row's reply tokens (`sft_ids`, `sft_mask`, right
-    padded) and the reply-token count of the generation batch over all processes (`sft_num_items`) to its output,
-    which TRL shuffles and splits into micro-batches with everything else."""
+    """After TRL's `_generate_and_score_completions`: add each row's reply tokens (`sft_ids`, `sft_mask` for
+    attention, `sft_loss_mask` for the trained tokens, right padded) and the trained-token count of the generation
+    batch over all processes (`sft_num_items`) to its output, which TRL shuffles and splits into micro-batches with
+    everything else."""
     import torch
 
     columns = trainer.sft_columns
     if not trainer.sft_loss_weight or not columns:
         return
-    cache: dict[str, list[int]] = {}
+    cache: dict[str, tuple[list[int], list[int]]] = {}
     rows = []
     for row in inputs:
         reply = next((row[c] for c in columns if row.get(c)), "")  # a row without its own: nothing to learn from
         key = json.dumps([row["prompt"], reply], default=str)
         if key not in cache:  # a prompt's rows repeat once per completion: tokenise each reply once
-            cache[key] = _reply_ids(trainer, row["prompt"], reply) if reply else []
+            cache[key] = _reply_ids(trainer, row["prompt"], reply) if reply else ([], [])
         rows.append(cache[key])
     device = trainer.accelerator.device
-    width = max(1, max(len(ids) for ids in rows))
+    width = max(1, max(len(ids) for ids, _ in rows))
     pad = _tokenizer(trainer).pad_token_id or 0  # masked out: any id will do
-    output["sft_ids"] = torch.tensor([ids + [pad] * (width - len(ids)) for ids in rows], device=device)
-    output["sft_mask"] = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in rows], device=device)
-    output["sft_num_items"] = trainer.accelerator.gather(output["sft_mask"].sum()).sum()
+    output["sft_ids"] = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in rows], device=device)
+    output["sft_mask"] = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows], device=device)
+    output["sft_loss_mask"] = torch.tensor([trained + [0] * (width - len(trained)) for _, trained in rows],
+                                           device=device)
+    output["sft_num_items"] = trainer.accelerator.gather(output["sft_loss_mask"].sum()).sum()
 
 
 # ---- the loss ------------------------------------------------------------------------------------------------
 
 
-def sft_token_nll(model, prompt_ids, prompt_mask, reply_ids, reply_mask):
-    """Per-row summed NLL of the reply tokens given the prompt (left-padded prompt, right-padded reply), at
-    temperature 1. Positions count real tokens only, as in generation and in a plain, unpadded supervised pass."""
+def sft_token_nll(model, prompt_ids, prompt_mask, reply_ids, reply_mask, loss_mask=None):
+    """Per-row summed NLL of the reply's trained tokens (`loss_mask`, default: every reply token) given the prompt
+    (left-padded prompt, right-padded reply), at temperature 1. Positions count real tokens only, as in generation
+    and in a plain, unpadded supervised pass."""
     import torch
 
     input_ids = torch.cat([prompt_ids, reply_ids], dim=1)
@@ -121,7 +156,7 @@ def sft_token_nll(model, prompt_ids, prompt_mask, reply_ids, reply_mask):
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                    logits_to_keep=width + 1).logits[:, :-1]
     nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), reply_ids, reduction="none")
-    return (nll * reply_mask).sum(-1)
+    return (nll * (reply_mask if loss_mask is None else loss_mask)).sum(-1)
 
 
 def mixed_loss(trainer, model, inputs: dict[str, Any], grpo_loss):
@@ -132,20 +167,22 @@ def mixed_loss(trainer, model, inputs: dict[str, Any], grpo_loss):
     if not sft_weight or "sft_ids" not in inputs:
         return grpo_loss if grpo_weight == 1 else grpo_weight * grpo_loss
     reply_ids, reply_mask = inputs["sft_ids"], inputs["sft_mask"]
+    loss_mask = inputs.get("sft_loss_mask", reply_mask)
     prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
     # One forward per distinct (prompt, reply), weighted by how many of the micro-batch's rows carry it.
     key = torch.cat([prompt_ids, prompt_mask, reply_ids, reply_mask], dim=1)
     _, inverse, counts = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
     first = torch.full((counts.size(0),), key.size(0), dtype=torch.long, device=key.device)
     first.scatter_reduce_(0, inverse, torch.arange(key.size(0), device=key.device), "amin")
-    keep = reply_mask[first].sum(-1) > 0
+    keep = loss_mask[first].sum(-1) > 0
     first, counts = first[keep], counts[keep]
-    tokens = reply_mask.sum()
+    tokens = loss_mask.sum()
     mode = "train" if trainer.model.training else "eval"
     accumulation = trainer.current_gradient_accumulation_steps if mode == "train" else 1
     if first.numel():
         with trainer.accelerator.autocast():
-            row_nll = sft_token_nll(model, prompt_ids[first], prompt_mask[first], reply_ids[first], reply_mask[first])
+            row_nll = sft_token_nll(model, prompt_ids[first], prompt_mask[first], reply_ids[first], reply_mask[first],
+                                    loss_mask[first])
         summed = (row_nll * counts).sum()
     else:  # no reply in this micro-batch: a zero that stays connected to the graph
         summed = grpo_loss * 0.0

@@ -98,6 +98,7 @@ class GRPOTrainer:
         self.sft_columns: tuple[str, ...] = ()  # where sft_loss_weight reads each row's reference (build_rewards)
         self.load_plan = None  # grpokit.load_plan.LoadPlan: checked by check_run, followed by load_model
         self.objective = None  # grpokit.objective: the loss settings the built trainer trains with
+        self.agent = None  # grpokit.agents.AgentPlan: the tools and environments (check_run)
         self._trainer_args_first = None  # ZeRO-3: TRL's args built before the model (kept alive, see load_model)
         self._started = time.perf_counter()
         from grpokit.cpu_threads import ThreadPlan
@@ -197,6 +198,16 @@ class GRPOTrainer:
 
             check_llama_cpp_settings(trl_kwargs(config))
         self.plan_load(machine=machine)  # GPU plans that cannot work or fit are refused here (CPU plans never are)
+        self.plan_agent()
+
+    def plan_agent(self):
+        """[agents] The tools and environments the model may call, resolved and turned into schemas, and the chat
+        template family: a tool that does not import or cannot become a schema is refused here, before loading."""
+        from grpokit.agents import plan
+
+        if self.agent is None:
+            self.agent = plan(self.config)
+        return self.agent
 
     def plan_load(self, engine: tuple[str, str] | None = None, machine=None):
         """The load plan for this machine (grpokit/load_plan.py), kept on the run; a GPU plan that cannot work (4-bit
@@ -284,6 +295,11 @@ class GRPOTrainer:
         if plan.trainer_args_first:
             self._trainer_args_first = self._zero3_trainer_args()
         self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0], plan)
+        agent = self.plan_agent()
+        if agent.active:  # [agents] the tool template and parser on the tokenizer TRL gets
+            from grpokit.agents import prepare_tokenizer
+
+            agent.family = prepare_tokenizer(self.tokenizer, agent.family)
         device = "CUDA" if torch.cuda.is_available() else f"CPU, {torch.get_num_threads()} threads"
         log.info("Backend: %s (torch %s, %s); model %s loaded in %.1f s", self.backend, torch.__version__, device,
                  self.config.model_name, time.perf_counter() - started, extra={"file_only": True})
@@ -472,8 +488,10 @@ class GRPOTrainer:
         self.threads.engine = self.generation_engine
         args = TRLConfig(**kwargs)
         keep_objective(args, kwargs)  # what a config class rewrote (Unsloth's generated one on a GPU), put back
+        from grpokit.agents import trainer_kwargs
+
         trainer = TRLGRPOTrainer(model=self.model, processing_class=self.tokenizer, reward_funcs=reward_funcs,
-                                 args=args, train_dataset=self.train_dataset,
+                                 **trainer_kwargs(self.plan_agent()), args=args, train_dataset=self.train_dataset,
                                  eval_dataset=self.eval_dataset, share_prompts=share_prompts,
                                  generation_engine=self.generation_engine,
                                  advantage_options=AdvantageOptions.from_config(config),

@@ -30,9 +30,11 @@ log = logging.getLogger("grpo")
 
 def sampling_params(trainer, seed: int) -> SamplingParams:
     """The trainer's own sampling settings (GRPOConfig), as the engine takes them."""
+    # greedy_rollout: the generation logs' tool rollouts decode greedily through TRL's loop (grpokit/agents.py)
     return SamplingParams(
         max_tokens=trainer.max_completion_length, temperature=trainer.temperature, top_p=trainer.top_p or 1.0,
-        top_k=trainer.top_k or 0, min_p=trainer.min_p or 0.0, eos_token_ids=tuple(trainer.eos_token_ids), seed=seed)
+        top_k=trainer.top_k or 0, min_p=trainer.min_p or 0.0, eos_token_ids=tuple(trainer.eos_token_ids), seed=seed,
+        greedy=getattr(trainer, "greedy_rollout", False))
 
 
 def push_if_stale(trainer, engine) -> None:

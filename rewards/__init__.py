@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from config.errors import UsageError
-from rewards.base import RewardComponent, RewardError, check_reward_output, completion_text, with_timeout
+from rewards.base import RewardComponent, RewardError, check_reward_output, completion_text, tool_calls, with_timeout
 from rewards.code import CodeExecution
 from rewards.components import QA, Accuracy, Custom, Format, Length, Quality, Repetition, RewardModel, Similarity
 
@@ -195,8 +195,9 @@ def _flagged(reward_set: RewardSet, count: int) -> list[list[str]]:
 
 
 def score_rows(reward_set: RewardSet, rows: list[dict[str, Any]], timeout: float = 0.0) -> list[dict[str, Any]]:
-    """`--score-completions`: each row's component scores and weighted total; for groups, mean/std and the
-    zero-variance flag (a group whose completions all score the same gives GRPO no signal)."""
+    """`--score-completions`: each row's component scores and weighted total (a trajectory: also its tool calls);
+    for groups, mean/std and the zero-variance flag (a group whose completions all score the same gives GRPO no
+    signal)."""
     results = []
     single = WeightedSum(reward_set, timeout)
     for index, row in enumerate(rows):
@@ -224,6 +225,8 @@ def score_rows(reward_set: RewardSet, rows: list[dict[str, Any]], timeout: float
         else:
             result.update(completion=completion_text(completions[0]), scores={k: v[0] for k, v in per.items()},
                           total=totals[0])
+            if tool_calls(completions[0]):  # a trajectory: the calls and what each returned, beside its score
+                result["tool_calls"] = tool_calls(completions[0])
             if flagged[0]:
                 result["hack_suspected"] = flagged[0]
         results.append(result)

@@ -89,14 +89,54 @@ def _call(fn, name: str, kwargs: dict[str, Any]) -> Any:
 
 
 def completion_text(completion: Any) -> str:
-    """Conversational completions arrive as [{"role": "assistant", "content": ...}], standard ones as str."""
+    """What a reward judges: standard completions arrive as str; conversational ones as a list of messages, whose
+    last assistant turn is the answer. A multi-turn completion (tools, environments) also holds the model's tool
+    calls and the tools' results: a tool's output never counts as the model's answer."""
     if isinstance(completion, str):
         return completion
-    if isinstance(completion, list):
-        return "".join(m.get("content", "") if isinstance(m, dict) else str(m) for m in completion)
     if isinstance(completion, dict):
-        return completion.get("content", "")
+        content = completion.get("content", "")
+        return content if isinstance(content, str) else ""
+    if isinstance(completion, list):
+        for message in reversed(completion):
+            if not isinstance(message, dict):
+                return str(message)
+            if message.get("role", "assistant") == "assistant":
+                content = message.get("content")
+                return content if isinstance(content, str) else ""
+        return ""
     return str(completion)
+
+
+def tool_calls(completion: Any) -> list[dict[str, Any]]:
+    """The tool calls of a multi-turn completion, in order: {name, arguments, result, failed}, where `result` is the
+    text of the tool turn that answered the call (None if none did) and `failed` whether the call failed (TRL
+    answers a failed call with "{'error': ...}"). [] for a single-turn completion."""
+    if not isinstance(completion, list):
+        return []
+    calls: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []
+    for message in completion:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                function = call.get("function", call) if isinstance(call, dict) else {}
+                entry = {"name": function.get("name"), "arguments": function.get("arguments"), "result": None,
+                         "failed": None}
+                calls.append(entry)
+                waiting.append(entry)
+        elif message.get("role") == "tool":
+            content = message.get("content")
+            text = content if isinstance(content, str) else str(content)
+            if waiting:
+                entry = waiting.pop(0)
+            else:
+                entry = {"name": message.get("name"), "arguments": None}
+                calls.append(entry)
+            entry["result"] = text
+            entry["failed"] = text.startswith("{'error':")
+    return calls
 
 
 def prompt_text(prompt: Any) -> str:

@@ -706,8 +706,9 @@ class RewardModel(RewardComponent):
         return out
 
 
-def import_reward_function(path: str):
-    """'package.module:function' -> the callable, or a UsageError that says what failed.
+def import_reward_function(path: str, what: str = "Custom reward"):
+    """'package.module:function' -> the callable, or a UsageError that says what failed (`what`: how the
+    message names it, e.g. "Custom reward", "Tool").
 
     The module is looked for on sys.path and in the current directory: `python /path/to/train_grpo.py --reward
     my_rewards:fn` puts the script's directory first on sys.path, not the one the user runs it from, where
@@ -715,10 +716,10 @@ def import_reward_function(path: str):
     """
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"Custom reward '{path}': write it as 'module.path:function'.")
+        raise UsageError(f"{what} '{path}': write it as 'module.path:function'.")
     if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
         dotted = module_name.removesuffix(".py").strip("./").replace("/", ".").replace("\\", ".")
-        raise UsageError(f"Custom reward '{path}': give a module name, not a file path: '{dotted}:{attr}' (run from "
+        raise UsageError(f"{what} '{path}': give a module name, not a file path: '{dotted}:{attr}' (run from "
                          "the directory it is in, or add that directory to PYTHONPATH).")
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -727,22 +728,22 @@ def import_reward_function(path: str):
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
-            raise UsageError(f"Custom reward '{path}': cannot import '{module_name}': {_where_we_looked(cwd)}. Put "
+            raise UsageError(f"{what} '{path}': cannot import '{module_name}': {_where_we_looked(cwd)}. Put "
                              f"{module_name.replace('.', '/')}.py in the directory you run from, or add its directory "
                              "to PYTHONPATH.") from None
-        raise UsageError(f"Custom reward '{path}': cannot import '{module_name}' (it imports '{err.name}', which is "
+        raise UsageError(f"{what} '{path}': cannot import '{module_name}' (it imports '{err.name}', which is "
                          "not installed).") from None
     except Exception as err:  # any import-time failure of the user's module
-        raise UsageError(f"Custom reward '{path}': cannot import '{module_name}' ({err.__class__.__name__}: {err}).") from None
+        raise UsageError(f"{what} '{path}': cannot import '{module_name}' ({err.__class__.__name__}: {err}).") from None
     fn = getattr(module, attr, None)
     if fn is None:
         own_file = Path(cwd, *module_name.split(".")).with_suffix(".py")
         if own_file.exists() and Path(getattr(module, "__file__", "") or "").resolve() != own_file.resolve():
-            raise UsageError(f"Custom reward '{path}': '{module_name}' is already the module {module.__file__}, which "
+            raise UsageError(f"{what} '{path}': '{module_name}' is already the module {module.__file__}, which "
                              f"hides {own_file}: rename your file.")
-        raise UsageError(f"Custom reward '{path}': module '{module_name}' has no attribute '{attr}'.")
+        raise UsageError(f"{what} '{path}': module '{module_name}' has no attribute '{attr}'.")
     if not callable(fn):
-        raise UsageError(f"Custom reward '{path}': '{attr}' is not callable.")
+        raise UsageError(f"{what} '{path}': '{attr}' is not callable.")
     return fn
 
 
