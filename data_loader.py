@@ -215,7 +215,7 @@ def format_arithmetic(row: Row) -> Mapped:
 
 
 MULTIPLY_TEMPLATE = "What is {a} * {b}? Use a tool, then answer with just the number."
-MULTIPLY_DEMONSTRATIONS = 8  # training rows that carry a worked tool trajectory (the warm start's demonstrations)
+MULTIPLY_DEMONSTRATIONS = 16  # training rows that carry a worked tool trajectory (the warm start's demonstrations)
 
 
 def multiplication_rows(n_train: int, n_eval: int, seed: int) -> tuple[list[Row], list[Row]]:

@@ -69,6 +69,8 @@ table.kv td:first-child { color: #5f6670; white-space: nowrap; }
 .side .label { font-size: 12px; color: #5f6670; margin-bottom: 4px; }
 .text { white-space: pre-wrap; overflow-wrap: anywhere; font-family: ui-monospace, "DejaVu Sans Mono", Menlo,
         monospace; font-size: 13px; }
+.text.call { color: #1d4ed8; }
+.text.tool { color: #5f6670; border-left: 3px solid #d0d4da; padding-left: 6px; margin: 2px 0; }
 .rewards { margin-top: 6px; font-size: 12px; color: #3c4148; }
 .rewards span { display: inline-block; margin-right: 10px; }
 .delta { font-weight: 700; font-size: 15px; white-space: nowrap; }
@@ -270,9 +272,39 @@ def _side(label: str, entry: dict[str, Any]) -> str:
     tag = '<span class="tag">cut at the length limit</span>' if entry.get("truncated") else ""
     if entry.get("hack_suspected"):  # the code reward's monitor flagged this completion (docs/code-tasks.md)
         tag += f'<span class="tag">hack suspected: {_e(", ".join(map(str, entry["hack_suspected"])))}</span>'
+    if entry.get("trajectory"):  # a tool run: every turn, each call with what it returned
+        calls = entry.get("tool_calls") or []
+        failed = sum(1 for c in calls if c.get("failed"))
+        tag += f'<span class="tag">{len(calls)} tool call{"s" if len(calls) != 1 else ""}' + \
+            (f", {failed} failed" if failed else "") + "</span>"
+        body = _trajectory_html(entry["trajectory"])
+    else:
+        body = f'<div class="text">{_e(entry.get("generated", ""))}</div>'
     return (f'<div class="side"><div class="label">{_e(label)} · step {_e(entry.get("global_step", "?"))} · '
-            f'{_e(meta)}{tag}</div><div class="text">{_e(entry.get("generated", ""))}</div>'
+            f'{_e(meta)}{tag}</div>{body}'
             f'<div class="rewards">{"".join(parts)}</div></div>')
+
+
+def _trajectory_html(messages: list[dict[str, Any]]) -> str:
+    """A multi-turn completion as a reader follows it: the model's turns, its tool calls, the tools' results."""
+    out = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role", "assistant")
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        if role == "tool":
+            out.append(f'<div class="text tool">↳ {_e(message.get("name") or "tool")}: {_e(text)}</div>')
+            continue
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {}) if isinstance(call, dict) else {}
+            arguments = json.dumps(function.get("arguments"), ensure_ascii=False)
+            out.append(f'<div class="text call">→ {_e(function.get("name"))}({_e(arguments)})</div>')
+        if text:
+            out.append(f'<div class="text">{_e(text)}</div>')
+    return "".join(out) or '<div class="text"></div>'
+
 
 
 def _sample_html(row: dict[str, Any]) -> str:

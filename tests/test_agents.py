@@ -313,3 +313,100 @@ def test_a_trajectory_reference_trains_the_model_turns_only():
     assert '"name": "calculator"' in model_text and model_text.rstrip().endswith("19432<|im_end|>")
     assert "<tool_response>\n19432\n</tool_response>" in context_text  # the tool's result: context, not a target
     assert "tool_response" not in model_text
+
+
+def test_the_report_shows_what_the_agent_did():
+    from grpokit.report import _side
+
+    html = _side("final", {"global_step": 5, "generated": "19433", "trajectory": TRAJECTORY,
+                           "tool_calls": tool_calls(TRAJECTORY), "reward_total": 0.0, "rewards": {"accuracy": 0.0}})
+    assert "2 tool calls, 1 failed" in html
+    assert "→ calculator" in html and "347 * 56" in html and "↳ calculator: 19432" in html
+    assert html.index("19432") < html.index("19433")  # in the order it happened
+
+
+# ---- the mask: a tool's result gets no gradient and never enters the KL ------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_tool_trainer(tmp_path_factory):
+    """Our TRLGRPOTrainer with a tool, beta 0.04, on a tiny random Llama with the embedded model's tokenizer."""
+    import torch
+    from conftest import make_tiny_model
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from grpokit.agents import prepare_tokenizer
+    from grpokit.trl_trainer import TRLGRPOTrainer
+
+    path = make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    torch.manual_seed(1)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                             task_type="CAUSAL_LM"))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:  # random B (not PEFT's zeros): the LoRA weights get gradients at every token
+            torch.nn.init.normal_(param, std=0.02)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prepare_tokenizer(tokenizer, "chatml")
+    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("out")), per_device_train_batch_size=2,
+                      num_generations=2, max_completion_length=8, max_steps=1, beta=0.04, report_to="none",
+                      use_cpu=True, bf16=False, loss_type="dapo", save_strategy="no")
+    rows = [{"prompt": [{"role": "user", "content": "What is 3 * 4?"}], "answer": "12"}] * 2
+    return TRLGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=lambda completions, **kw: [0.0] *
+                          len(completions), tools=[guard(calculator, 5, 100)], args=args,
+                          train_dataset=Dataset.from_list(rows), share_prompts=True)
+
+
+def _loss_and_logp_grads(trainer, tool_mask, ref_at_tools: float):
+    """TRL's loss (through our trainer) on two fixed completions whose tokens 2..4 of the first are a tool's
+    result (tool_mask 0 there); the gradient of the loss with respect to each completion token's log-prob."""
+    import torch
+
+    torch.manual_seed(0)
+    vocab = trainer.model.config.vocab_size
+    completion = torch.randint(10, vocab, (2, 8))
+    grabbed = {}
+    compute = trainer._get_per_token_logps_and_entropies
+
+    def keep_grad(*args, **kwargs):
+        logps, entropies, aux = compute(*args, **kwargs)
+        logps.retain_grad()
+        grabbed["logps"] = logps
+        return logps, entropies, aux
+
+    with torch.no_grad():
+        ref = compute(trainer.model, torch.cat([torch.randint(10, vocab, (2, 5)), completion], 1),
+                      torch.ones(2, 13, dtype=torch.long), 8)[0]
+    ref = ref.clone()
+    ref[0, 2:5] = ref_at_tools  # what the reference model says of the tool's tokens must not matter
+    inputs = {"prompt_ids": torch.randint(10, vocab, (2, 5)), "prompt_mask": torch.ones(2, 5, dtype=torch.long),
+              "completion_ids": completion, "completion_mask": torch.ones(2, 8, dtype=torch.long),
+              "tool_mask": tool_mask, "advantages": torch.tensor([1.0, -1.0]), "ref_per_token_logps": ref,
+              "num_items_in_batch": tool_mask.sum()}
+    trainer._get_per_token_logps_and_entropies = keep_grad
+    trainer.current_gradient_accumulation_steps = 1  # set by transformers' training loop, which is not running
+    try:
+        trainer.model.train()
+        trainer._metrics["train"].clear()
+        loss = trainer._compute_loss(trainer.model, inputs)
+        loss.backward()
+    finally:
+        del trainer._get_per_token_logps_and_entropies
+    return grabbed["logps"].grad, trainer._metrics["train"]["kl"][-1]
+
+
+def test_tool_results_get_no_gradient_and_stay_out_of_the_kl(tiny_tool_trainer):
+    import torch
+
+    masked = torch.ones(2, 8, dtype=torch.long)
+    masked[0, 2:5] = 0  # tokens 2..4 of the first completion: a tool's result
+    grad, kl = _loss_and_logp_grads(tiny_tool_trainer, masked, ref_at_tools=-0.1)
+    assert torch.all(grad[0, 2:5] == 0)  # no gradient reaches a tool's tokens...
+    assert torch.all(grad[0, :2] != 0) and torch.all(grad[0, 5:] != 0)  # ...the model's own tokens get theirs
+    _, kl_far = _loss_and_logp_grads(tiny_tool_trainer, masked, ref_at_tools=-50.0)
+    assert kl_far == pytest.approx(kl, rel=1e-5)  # the reference's view of a tool's tokens never enters the KL
+    # the control: without the mask the same tokens get gradient and move the KL (the checks above can fail)
+    unmasked_grad, kl_unmasked = _loss_and_logp_grads(tiny_tool_trainer, torch.ones(2, 8, dtype=torch.long), -50.0)
+    assert torch.all(unmasked_grad[0, 2:5] != 0) and kl_unmasked > kl * 2
