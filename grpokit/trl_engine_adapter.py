@@ -93,8 +93,10 @@ def uses_engine(trainer) -> bool:
 
 
 def _corrects_mismatch(trainer) -> bool:
+    # Tool runs too: TRL's loop generates each turn through the engine (trl_trainer._generate_single_turn), gives a
+    # tool's tokens log-prob 0 and tool_mask 0, and both ratio computations multiply by that mask.
     return (uses_engine(trainer) and not trainer.use_vllm and trainer.vllm_importance_sampling_correction
-            and not trainer.tools and trainer.rollout_func is None)
+            and trainer.rollout_func is None)
 
 
 def defers_importance_sampling(trainer) -> bool:

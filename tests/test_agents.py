@@ -410,3 +410,66 @@ def test_tool_results_get_no_gradient_and_stay_out_of_the_kl(tiny_tool_trainer):
     # the control: without the mask the same tokens get gradient and move the KL (the checks above can fail)
     unmasked_grad, kl_unmasked = _loss_and_logp_grads(tiny_tool_trainer, torch.ones(2, 8, dtype=torch.long), -50.0)
     assert torch.all(unmasked_grad[0, 2:5] != 0) and kl_unmasked > kl * 2
+
+
+# ---- the llama.cpp engine drives TRL's tool loop: each turn's tokens and log-probs line up -----------------------
+
+def test_the_llama_cpp_engine_generates_each_turn_of_the_tool_loop():
+    """A first turn that calls the calculator (as if the model had written it), then TRL's loop: the tool's result
+    goes in with tool_mask 0 and log-prob 0, the next turn comes from the engine, and the engine's log-prob of each
+    of its tokens is what the trainer computes over the whole trajectory."""
+    pytest.importorskip("llama_cpp")
+    import numpy as np
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+    from trl.chat_template_utils import parse_response
+
+    from grpokit.agents import prepare_tokenizer
+    from grpokit.engine_llama_cpp import LlamaCppEngine
+    from grpokit.model_loader import embedded_model_dir, import_backend
+    from grpokit.trl_trainer import TRLGRPOTrainer
+
+    import_backend("transformers")  # TRL's fused LM head needs its CPU implementation on this machine
+    path = embedded_model_dir()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prepare_tokenizer(tokenizer, "chatml")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                             task_type="CAUSAL_LM"))
+    args = GRPOConfig(output_dir="/tmp/unused-tool-loop", per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=80, temperature=0.8, report_to="none", use_cpu=True, bf16=False,
+                      save_strategy="no", max_tool_calling_iterations=1)
+    rows = [{"prompt": [{"role": "user", "content": "What is 347 * 56?"}]}] * 2
+    trainer = TRLGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=lambda completions, **kw:
+                             [0.0] * len(completions), tools=[guard(calculator, 5, 100)], args=args,
+                             train_dataset=Dataset.from_list(rows))
+    engine = LlamaCppEngine.from_model_dir(path, threads=torch.get_num_threads(), max_sequences=4, max_context=512)
+    trainer.generation_engine = engine
+    try:
+        prompts = [list(rows[0]["prompt"])]
+        trainer._sync_tool_dicts, trainer._async_tool_dicts = [{"calculator": trainer.tools[0]}], [{}]
+        prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
+        call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "347 * 56"}}\n</tool_call>'
+        first = tokenizer(call, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        completions = [[parse_response(tokenizer, first, prefix=prompt_ids[0])]]
+        assert completions[0][0]["tool_calls"][0]["function"]["arguments"] == {"expression": "347 * 56"}
+        mask, completions, completion_ids, logprobs, calls, failures, _ = trainer._tool_call_loop(
+            prompts, prompt_ids, [list(first)], completions, [[0.0] * len(first)], None, {})
+    finally:
+        engine.close()
+    assert (calls, failures) == (1, 0) and completions[0][1] == {"role": "tool", "name": "calculator",
+                                                                 "content": "19432"}
+    ids, mask, logprobs = completion_ids[0], mask[0], logprobs[0]
+    tool_part = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if not m])
+    assert "<tool_response>\n19432\n</tool_response>" in tool_part
+    assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if not m)
+    after = [i for i in range(len(first), len(ids)) if mask[i]]  # the engine's turn after the tool's result
+    assert after and len(ids) == len(mask) == len(logprobs)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt_ids[0] + ids])).logits[0, len(prompt_ids[0]) - 1:-1]
+    trained = torch.log_softmax(logits.float() / 0.8, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0].numpy()
+    delta = np.abs(trained[after] - np.array(logprobs)[after])
+    assert delta.mean() < 0.02, delta  # f16 GGUF against the fp32 model, as the engine's own tests
