@@ -215,14 +215,13 @@ def format_arithmetic(row: Row) -> Mapped:
 
 
 MULTIPLY_TEMPLATE = "What is {a} * {b}? Use a tool, then answer with just the number."
-MULTIPLY_DEMONSTRATIONS = 16  # training rows that carry a worked tool trajectory (the warm start's demonstrations)
 
 
 def multiplication_rows(n_train: int, n_eval: int, seed: int) -> tuple[list[Row], list[Row]]:
     """The built-in tool task: 'What is a * b?' for a 3-digit a and a 2-digit b, which a small model cannot work
-    out in its head but can with a calculator. Held-out pairs are drawn apart from the training pairs. The first
-    MULTIPLY_DEMONSTRATIONS training rows carry a demonstration in `reference`: the calculator call, its result
-    and the answer, for a supervised warm start (sft_loss_weight); the other rows have none."""
+    out in its head but can with a calculator. Held-out pairs are drawn apart from the training pairs. Each
+    training row carries a demonstration in `reference` (the calculator call, its result and the answer) for a
+    supervised warm start through the mixed loss (sft_loss_weight); held-out rows carry none."""
     rng = random.Random(seed)
     pairs = set()
     while len(pairs) < n_train + n_eval:
@@ -241,7 +240,7 @@ def multiplication_rows(n_train: int, n_eval: int, seed: int) -> tuple[list[Row]
                 "reference": reference}
 
     eval_rows = [row(a, b, False) for a, b in ordered[:n_eval]]
-    train = [row(a, b, i < MULTIPLY_DEMONSTRATIONS) for i, (a, b) in enumerate(ordered[n_eval:])]
+    train = [row(a, b, True) for a, b in ordered[n_eval:]]
     return train, eval_rows
 
 
@@ -761,7 +760,7 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "multiplication": DatasetSpec(
         "Built in, no download: 'What is a * b?' for a 3-digit a and 2-digit b, to solve with a tool (--tool "
-        "calculator or python); 8 training rows carry a worked tool call for a warm start; exact-answer reward",
+        "calculator or python); training rows carry a worked tool call for a warm start; exact-answer reward",
         format_multiplication, kind="verifiable", default_rewards="arithmetic",
     ),
     "humaneval": DatasetSpec(

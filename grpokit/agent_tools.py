@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import operator
+import re
 from fractions import Fraction
 
 from grpokit.sandbox import Limits, SandboxError, run_python
@@ -77,12 +78,13 @@ def run_cells(cells: list[str]) -> str:
         raise ToolError(f"the sandbox is unavailable: {err}") from None
     if result.timed_out:
         raise ToolError(f"timed out after {LIMITS.timeout:g} s")
+    cut = "[the output's beginning was cut: only its last 64 KiB are kept]\n" if result.truncated else ""
     if result.returncode != 0:
         tail = [line for line in result.stderr.strip().splitlines() if line.strip()][-3:]
-        what = "\n".join(tail) or f"exited with status {result.returncode}"
-        output = result.stdout.strip()
+        what = "\n".join(line[:300] for line in tail) or f"exited with status {result.returncode}"
+        output = result.stdout.strip()[-500:]  # what it printed before the error: its end, briefly
         raise ToolError(f"{output}\n{what}" if output else what)
-    return result.stdout
+    return cut + result.stdout
 
 
 def python(code: str) -> str:
@@ -108,7 +110,7 @@ class PythonREPL:
         self.cells: list[str] = []
 
     def reset(self, **row) -> None:
-        self.cells = []
+        self.cells = []  # a new list, never cleared in place (see python)
 
     def python(self, code: str) -> str:
         """Run Python code in this conversation's interpreter and return what it prints (a final expression's value
@@ -119,8 +121,12 @@ class PythonREPL:
         """
         if not isinstance(code, str):
             raise ToolError("code must be a string of Python source")
-        output = run_cells([*self.cells, code])
-        self.cells.append(code)  # only cells that ran without an error become state
+        cells = self.cells
+        output = run_cells([*cells, code])
+        # Only cells that ran without an error become state, and only in the rollout that ran them: a call the
+        # guard gave up on that finishes after a reset must not reach the next rollout's interpreter.
+        if cells is self.cells:
+            cells.append(code)
         return output
 
 
@@ -131,28 +137,39 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 MAX_EXPRESSION = 500  # characters
 MAX_DIGITS = 1000  # of any operand or result: 10**10**9 would take the machine
+_MAX_BITS = int(MAX_DIGITS * 3.33) + 1
+_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d,])")
 
 
 def _number(value: Fraction) -> Fraction:
-    if max(len(str(abs(value.numerator))), len(str(value.denominator))) > MAX_DIGITS:
+    # bit lengths, not str(): converting a huge integer to text is itself quadratic
+    if max(value.numerator.bit_length(), value.denominator.bit_length()) > _MAX_BITS:
         raise ToolError(f"a number with more than {MAX_DIGITS} digits")
     return value
 
 
-def _evaluate(node: ast.AST) -> Fraction:
+def _evaluate(node: ast.AST, source: str) -> Fraction:
     if isinstance(node, ast.Expression):
-        return _evaluate(node.body)
+        return _evaluate(node.body, source)
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return _number(Fraction(str(node.value)) if isinstance(node.value, float) else Fraction(node.value))
+        # a decimal literal as written ("0.1", "2.5e-400"), never through a binary float
+        literal = ast.get_source_segment(source, node) or repr(node.value)
+        try:
+            return _number(Fraction(literal.replace("_", "")))
+        except (ValueError, ZeroDivisionError):
+            raise ToolError(f"not a number: {literal[:40]!r}") from None
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_evaluate(node.operand))
+        return _UNARY[type(node.op)](_evaluate(node.operand, source))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _evaluate(node.left), _evaluate(node.right)
+        left, right = _evaluate(node.left, source), _evaluate(node.right, source)
         if isinstance(node.op, ast.Pow):
             if right.denominator != 1:
                 raise ToolError("only whole-number powers are exact")
-            if abs(right) > MAX_DIGITS or (abs(left) > 1 and abs(right) * len(str(abs(left.numerator))) > MAX_DIGITS):
+            bits = max(left.numerator.bit_length(), left.denominator.bit_length())
+            if abs(right.numerator) * max(bits - 1, 0) > _MAX_BITS or abs(right.numerator) > _MAX_BITS:
                 raise ToolError(f"a number with more than {MAX_DIGITS} digits")
+            if left == 0 and right < 0:
+                raise ToolError("division by zero")
         elif isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
             raise ToolError("division by zero")
         return _number(_BINARY[type(node.op)](left, right))
@@ -165,7 +182,8 @@ def format_number(value: Fraction) -> str:
     if value.denominator == 1:
         return str(value.numerator)
     whole, rest = divmod(abs(value.numerator) * 10**12, value.denominator)
-    text = f"{whole // 10**12}.{whole % 10**12:012d}".rstrip("0")
+    digits = f"{whole % 10**12:012d}"
+    text = f"{whole // 10**12}.{digits.rstrip('0') if rest == 0 else digits}"
     text = ("-" if value < 0 else "") + text
     return text if rest == 0 else f"{text}... (= {value.numerator}/{value.denominator})"
 
@@ -178,14 +196,15 @@ def calculator(expression: str) -> str:
     """
     if not isinstance(expression, str):
         raise ToolError("expression must be a string such as \"347 * 56\"")
-    text = expression.strip().replace("×", "*").replace("÷", "/").replace("^", "**").replace(",", "")
+    text = expression.strip().replace("×", "*").replace("÷", "/").replace("^", "**")
+    text = _THOUSANDS.sub(lambda m: m.group().replace(",", ""), text)  # 1,000,000; any other comma is refused
     if len(text) > MAX_EXPRESSION:
         raise ToolError(f"the expression is longer than {MAX_EXPRESSION} characters")
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError:
         raise ToolError(f"not an arithmetic expression: {expression[:80]!r}") from None
-    return format_number(_evaluate(tree))
+    return format_number(_evaluate(tree, text))
 
 
 BUILTIN_TOOLS = {"python": python, "calculator": calculator}

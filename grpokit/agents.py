@@ -31,7 +31,9 @@ import functools
 import importlib.util
 import inspect
 import json
+import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,9 +46,17 @@ TRUNCATION_MARKER = "\n[... {cut} more characters cut: the tool's result is limi
 
 # ---- what the model gets back from a call ---------------------------------------------------------------------
 
+# Characters a tool's result may not carry into the model's context: controls other than newline and tab (terminal
+# escapes, carriage returns), DEL, C1 controls, bidi overrides and zero-width characters (text that reads one way
+# and tokenises another).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
 def as_text(result: Any, limit: int) -> str:
     """A tool's return value as the text the model reads: str as it is, JSON for plain data, repr otherwise;
-    characters that cannot be encoded replaced; cut at `limit` characters with a marker saying so."""
+    characters that cannot be encoded replaced, controls written as escapes, a chat template's special-token
+    markers broken ("<|" -> "< |": a tool's result cannot forge a turn of the conversation); cut at `limit`
+    characters with a marker saying so."""
     if isinstance(result, str):
         text = result
     else:
@@ -54,10 +64,16 @@ def as_text(result: Any, limit: int) -> str:
             text = json.dumps(result, ensure_ascii=False)
         except (TypeError, ValueError):
             text = repr(result)  # may raise: the guard turns it into a failed call
-    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\\x00")
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    text = _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else "", text)
+    text = text.replace("<|", "< |").replace("|>", "| >").replace("<\uff5c", "< \uff5c")
     if limit and len(text) > limit:
         text = text[:limit] + TRUNCATION_MARKER.format(cut=len(text) - limit, limit=limit)
     return text
+
+
+class ToolFailed(RuntimeError):
+    """A tool call that failed, its message made printable and cut like a result (TRL shows it to the model)."""
 
 
 class ToolTimeout(Exception):
@@ -104,15 +120,57 @@ def guard(fn: Callable, timeout: float, max_chars: int) -> Callable:
                 result = await asyncio.wait_for(fn(*args, **kwargs), timeout or None)
             except TimeoutError:
                 raise ToolTimeout(f"no result after {timeout:g} s") from None
+            except Exception as err:  # noqa: BLE001 - any failure: its message bounded like a result
+                raise ToolFailed(as_text(f"{type(err).__name__}: {err}", max_chars)) from None
             return as_text(result, max_chars)
 
         return call_async
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        return as_text(_call_with_timeout(fn, args, kwargs, timeout), max_chars)
+        try:
+            result = _call_with_timeout(fn, args, kwargs, timeout)
+        except ToolTimeout:
+            raise
+        except Exception as err:  # noqa: BLE001 - any failure: its message bounded like a result
+            name = "" if type(err).__name__ == "ToolError" else f"{type(err).__name__}: "
+            raise ToolFailed(as_text(f"{name}{err}", max_chars)) from None
+        try:
+            return as_text(result, max_chars)
+        except Exception as err:  # noqa: BLE001 - a result that cannot become text (its repr raises)
+            raise ToolFailed(f"the tool's result cannot be shown as text ({type(err).__name__})") from None
 
     return call
+
+
+class ToolBudget:
+    """What one rollout's tools may take in all: `calls` calls and `seconds` of wall time. TRL runs every call a
+    turn writes, one after another; without a bound one completion's many calls (a few dozen tokens each) would
+    hold the whole step for minutes. Calls past the budget fail at once, without running."""
+
+    def __init__(self, calls: int, seconds: float):
+        self.calls, self.seconds = calls, seconds
+
+    def wrap(self, tools: dict[str, Callable]) -> dict[str, Callable]:
+        """One rollout's tool dict (TRL's `_sync_tool_dicts[i]`) with a shared allowance."""
+        left = {"calls": self.calls, "seconds": self.seconds}
+
+        def limited(fn):
+            @functools.wraps(fn)
+            def call(*args, **kwargs):
+                if left["calls"] <= 0 or left["seconds"] <= 0:
+                    raise ToolFailed(f"this completion has used its tool budget ({self.calls} calls, "
+                                     f"{self.seconds:g} s): answer with what you have")
+                left["calls"] -= 1
+                started = time.monotonic()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    left["seconds"] -= time.monotonic() - started
+
+            return call
+
+        return {name: limited(fn) for name, fn in tools.items()}
 
 
 def guarded_environment(cls: type, timeout: float, max_chars: int) -> type:
@@ -267,6 +325,12 @@ class AgentPlan:
     max_chars: int = 0
     timeout: float = 0.0
 
+    def budget(self) -> ToolBudget:
+        """Per rollout: two calls per tool round, and the time of that many calls at the time limit (no time limit:
+        half a minute a call)."""
+        calls = 2 * max(1, self.max_iterations)
+        return ToolBudget(calls, calls * (self.timeout or 30.0))
+
     @property
     def active(self) -> bool:
         return bool(self.tools or self.environments)
@@ -283,6 +347,7 @@ class AgentPlan:
             "max_tool_calling_iterations": self.max_iterations,
             "tool_result_max_chars": self.max_chars,
             "tool_timeout_s": self.timeout,
+            "tool_budget_per_completion": {"calls": self.budget().calls, "seconds": self.budget().seconds},
             "masked": "tool results: no gradient, no KL, not counted in completion lengths (TRL's tool_mask)",
         }
 
@@ -413,7 +478,7 @@ def trainer_kwargs(agent: AgentPlan) -> dict[str, Any]:
     """What TRL's GRPOTrainer takes: tools and environment_factory (one class, or a dict of classes by name)."""
     if not agent.active:
         return {}
-    kwargs: dict[str, Any] = {"tools": list(agent.tools)}
+    kwargs: dict[str, Any] = {"tools": list(agent.tools), "tool_budget": agent.budget()}
     if agent.environments:
         kwargs["environment_factory"] = (agent.environments[None] if list(agent.environments) == [None]
                                          else dict(agent.environments))

@@ -124,7 +124,9 @@ class GenerationLogger(TrainerCallback):
             entries = self._generate_and_score(model, global_step)
             self.log_dir.mkdir(parents=True, exist_ok=True)
             path = self.log_dir / f"generation_log_step_{global_step}.json"
-            path.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            # "replace": a trajectory may hold a lone surrogate (a tool call's JSON escapes it), which UTF-8 cannot
+            # encode; the step's log is written all the same
+            path.write_bytes((json.dumps(entries, indent=2, ensure_ascii=False) + "\n").encode("utf-8", "replace"))
             summary = summarise(entries, self.reward_set.names)
             if self.pass_k and ("answer" in self.rows[0] or "tests" in self.rows[0]):
                 try:
@@ -538,6 +540,8 @@ class LearningSignalCheck(TrainerCallback):
         if self.flat_steps < 0:
             return  # the run has shown signal once: later flat steps are a metric, not a fault
         if logs["frac_reward_zero_std"] >= 1.0:
+            if "sft_loss" in logs:  # the supervised term trained this step (a warm start): not a run that cannot learn
+                return
             self.flat_steps += 1
             if self.flat_steps >= self.patience:
                 raise NoLearningSignal(

@@ -77,11 +77,12 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
     sampling; None: TRL's advantages). `sft_loss_weight` / `grpo_loss_weight` / `sft_columns`: the supervised +
     GRPO mixed loss (grpokit.mixed_loss). `group_schedule`: the adaptive group size (grpokit.group_schedule).
     `eval_loss`: compute the loss of each evaluation batch (False: generate and score only, see prediction_step).
+    `tool_budget`: a grpokit.agents.ToolBudget bounding each rollout's tool calls (None: TRL's unbounded loop).
     Every default is TRL's behaviour."""
 
     def __init__(self, *args, share_prompts: bool = False, generation_engine=None, advantage_options=None,
                  sft_loss_weight: float = 0.0, grpo_loss_weight: float = 1.0, sft_columns: tuple[str, ...] = (),
-                 group_schedule=None, eval_loss: bool = True, **kwargs):
+                 group_schedule=None, eval_loss: bool = True, tool_budget=None, **kwargs):
         self.share_prompts = share_prompts
         self.generation_engine = generation_engine
         self.advantage_options = advantage_options
@@ -89,6 +90,7 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         self.sft_columns = sft_columns  # where each row's reference reply is read (grpokit.mixed_loss)
         self.group_schedule = group_schedule  # a grpokit.group_schedule.GroupSchedule; None = fixed num_generations
         self.eval_loss = eval_loss
+        self.tool_budget = tool_budget  # grpokit.agents.ToolBudget: what one rollout's tools may take in all
         super().__init__(*args, **kwargs)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
@@ -100,6 +102,17 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
         self._prepare_inputs(inputs)
         return None, None, None
+
+    def _tool_call_loop(self, *args, **kwargs):
+        # [agents] each rollout's tools draw on one budget of calls and seconds (grpokit/agents.py ToolBudget)
+        if self.tool_budget is None:
+            return super()._tool_call_loop(*args, **kwargs)
+        saved = self._sync_tool_dicts
+        self._sync_tool_dicts = [self.tool_budget.wrap(tools) for tools in saved]
+        try:
+            return super()._tool_call_loop(*args, **kwargs)
+        finally:
+            self._sync_tool_dicts = saved
 
     def create_model_card(self, *args, **kwargs):
         """Nothing: TRL writes OUTPUT_DIR/README.md at every checkpoint ("a fine-tuned version of [None]" for a local

@@ -95,17 +95,26 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
-        content = completion.get("content", "")
-        return content if isinstance(content, str) else ""
+        return _content(completion) if completion.get("role", "assistant") == "assistant" else ""
     if isinstance(completion, list):
+        # only a turn that says it is the assistant's: a tool's echo, a user turn or a bare value is never the answer
         for message in reversed(completion):
-            if not isinstance(message, dict):
-                return str(message)
-            if message.get("role", "assistant") == "assistant":
-                content = message.get("content")
-                return content if isinstance(content, str) else ""
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                return _content(message)
         return ""
     return str(completion)
+
+
+def _content(message: dict) -> str:
+    """A message's text: a string as it is, a list of content parts as their text parts joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content
+                       if isinstance(part, dict) and part.get("type", "text") == "text"
+                       and isinstance(part.get("text"), str))
+    return ""
 
 
 def tool_calls(completion: Any) -> list[dict[str, Any]]:

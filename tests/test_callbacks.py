@@ -121,6 +121,11 @@ def test_the_no_signal_check_counts_groups_not_steps(tmp_path, batch, accumulati
     with pytest.raises(NoLearningSignal, match="every reward was None"):
         LearningSignalCheck().on_log(args, state, None, logs={"reward": float("nan"), "frac_reward_zero_std": 1.0})
 
+    warm_start = LearningSignalCheck()  # flat rewards while a supervised term trains (sft_loss_weight): learning
+    warm_start.on_train_begin(args, state, None)
+    for _ in range(3 * patience):
+        warm_start.on_log(args, state, None, logs={**flat, "sft_loss": 1.2})
+
 
 def test_a_resumed_run_keeps_the_step_0_pass_at_k(tmp_path, model_and_tokenizer):
     """Sampled pass@k cannot be re-read from a greedy log: the process that measured it at step 0 keeps it beside

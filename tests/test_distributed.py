@@ -92,6 +92,27 @@ def test_two_process_torchrun_run(tmp_path):
     assert (out / "checkpoint-3" / ".complete").exists()
 
 
+def test_a_tool_run_under_two_ranks_and_its_resume(tmp_path):
+    """Tools under torchrun: each rank runs TRL's tool loop on its own rows (the tool counts are gathered), rank 0
+    writes the trajectories in the generation log, and a resumed tool run finishes the extra step on both ranks."""
+    out = tmp_path / "run"
+    run = ("--quick-test", "--tool", "calculator", "--set", "per_device_train_batch_size=4",
+           "--set", "per_device_eval_batch_size=4", "--max-generation-samples", "2", "--set", "save_steps=1",
+           "--output-dir", str(out))
+    result = _torchrun(*run, "--max-steps", "1")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "rank 1 of 2 finished at global step 1" in result.stderr
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert any("tools/call_frequency" in entry for entry in state["log_history"])
+    log = json.loads((out / "generation_logs" / "generation_log_step_1.json").read_text())
+    assert len(log) == 2 and all("trajectory" in entry and "tool_calls" in entry for entry in log)
+    result = _torchrun(*run, "--max-steps", "2", "--resume-from-checkpoint", "latest", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "rank 0 of 2 finished at global step 2" in result.stderr
+    assert "rank 1 of 2 finished at global step 2" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_shared_prompt_log_probs_make_the_same_forward_calls_on_every_rank(tmp_path):
     """Whether the packed form applies depends on a rank's own rows; the prompt-cache form makes two forward calls
     where the others make one, and each call is a collective under ZeRO-3 / FSDP (DDP broadcasts buffers at each)."""

@@ -107,3 +107,24 @@ def test_dynamic_sampling_merges_the_generated_trainers_batches(generated_run):
     rounds = [entry["dynamic_sampling/rounds"] for entry in json.loads((out / "trainer_state.json").read_text())
               ["log_history"] if "dynamic_sampling/rounds" in entry]
     assert rounds and max(rounds) >= 1, rounds
+
+
+def test_a_tool_run_through_the_generated_trainer(tmp_path):
+    """A calculator run through UnslothGRPOTrainer: TRL's tool loop inside its generation, and tool_mask through its
+    fused loss (unsloth_zoo's grpo_accumulated_loss aligns the tool mask with its left-packed frame)."""
+    if not (TRITON_DIR / ".installed").exists():
+        pytest.fail(f"triton is not in {TRITON_DIR}: `make test` installs it (make {TRITON_DIR.relative_to(ROOT)})")
+    model = make_tiny_model(tmp_path / "tiny-llama")
+    out = tmp_path / "run"
+    command = [sys.executable, str(DRIVER), "--quick-test", "--model", str(model), "--max-steps", "1",
+               "--output-dir", str(out), "--no-wandb", "--tool", "calculator", "--set", "max_completion_length=8",
+               "--set", "max_eval_samples=2", "--set", "max_generation_samples=2", "--set", "save_steps=0"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(TRITON_DIR), str(ROOT)])}
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert "generated: UnslothGRPOTrainer" in result.stdout, result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert any("tools/call_frequency" in entry for entry in state["log_history"])
+    assert all("trajectory" in entry for entry in json.loads(
+        (out / "generation_logs" / "generation_log_step_1.json").read_text()))
