@@ -1,6 +1,7 @@
 """The wheels a lent GPU machine lacks, built here for `tools/gpu_check.sh` to install there without a network.
 
     python tools/gpu_bundle.py build     # download from the registry into gpu_bundle/, repack, check (~15 MiB)
+    python tools/gpu_bundle.py stamp     # only gpu_bundle/COMMIT: the commit the check will report (build does it)
     python tools/gpu_bundle.py check     # Requires-Dist of every bundled wheel against the image + the bundle; size
     python tools/gpu_bundle.py simulate  # the same set for this box's Python, imported for real in a clean venv
 
@@ -28,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -316,6 +318,29 @@ def check(dest: Path, python_version: str = "3.12", limit_mib: float = LIMIT_MIB
 
 # ---- building -------------------------------------------------------------------------------------------------
 
+def commit_line(root: Path = ROOT) -> str:
+    """'<short hash>' of the checkout, with ' + N changed files' when tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    try:
+        head = git("rev-parse", "--short", "HEAD").strip()
+        changed = len([line for line in git("status", "--porcelain", "--untracked-files=no").splitlines() if line])
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git here)"
+    return head + (f" + {changed} changed files" if changed else "")
+
+
+def stamp(dest: Path, root: Path = ROOT) -> str:
+    """gpu_bundle/COMMIT: the commit of the checkout beside the bundle. A copied working tree carries no .git, so
+    this is how the check's report names the code it ran (tools/gpu_check.sh reads the first line)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    line = commit_line(root)
+    (dest / "COMMIT").write_text(f"{line}\nwritten {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} "
+                                 "by tools/gpu_bundle.py\n")
+    return line
+
+
 def download(dest: Path, python_version: str) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
            "--python-version", python_version, "--implementation", "cp", "--dest", str(dest)]
@@ -334,6 +359,7 @@ def build(dest: Path, python_version: str) -> None:
         if name in REPACKS:
             dropped, saved = REPACKS[name](wheel)
             print(f"repacked {wheel.name}: {dropped} files out, {saved / 1024 / 1024:.1f} MiB smaller")
+    print(f"commit: {stamp(dest)} (written to {dest / 'COMMIT'})")
 
 
 # `simulate`: the image's packages that the bundle's imports reach, installable on a CPU box (torch: the CPU wheel
@@ -371,7 +397,7 @@ def simulate(work: Path, python: str, torch: str = "torch==2.13.0+cpu") -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["build", "check", "simulate"])
+    parser.add_argument("command", choices=["build", "check", "simulate", "stamp"])
     parser.add_argument("--dest", type=Path, default=DEST)
     parser.add_argument("--python-version", default="3.12",
                         help="the GPU image's Python (3.12); another one builds a variant to try the wheels here")
@@ -383,6 +409,9 @@ def main(argv=None) -> int:
     a = parser.parse_args(argv)
     if a.command == "simulate":
         return simulate(a.work, a.python, a.torch)
+    if a.command == "stamp":
+        print(f"commit: {stamp(a.dest)} (written to {a.dest / 'COMMIT'})")
+        return 0
     if a.command == "build":
         build(a.dest, a.python_version)
     ok = check(a.dest, a.python_version, a.limit_mib)
