@@ -1,14 +1,14 @@
-"""The wheels a lent GPU machine lacks, built here for `tools/gpu_check.sh` to install there without a network.
+"""The wheels a GPU machine without network lacks, built here for `tools/gpu_check.sh` to install there.
 
     python tools/gpu_bundle.py build     # download from the registry into gpu_bundle/, repack, check (~15 MiB)
     python tools/gpu_bundle.py stamp     # only gpu_bundle/COMMIT: the commit the check will report (build does it)
     python tools/gpu_bundle.py check     # Requires-Dist of every bundled wheel against the image + the bundle; size
     python tools/gpu_bundle.py simulate  # the same set for this box's Python, imported for real in a clean venv
 
-The GPU machines (docs/gpu.md "The GPU check") run Python 3.12 with torch 2.11.0+cu130, transformers 5.17.0, PEFT,
-accelerate 1.15.0, triton 3.6, ... (IMAGE below: the image's package list of 2026-11-17, /work/.library/device/
-KINDS.md) and reach no registry. What our GPU path needs beyond that travels as cp312 manylinux wheels (BUNDLE),
-two of them repacked to fit the 64 MiB a call may carry with the working tree:
+The GPU image the check was sized for (docs/gpu.md "The GPU check") runs Python 3.12 with torch 2.11.0+cu130,
+transformers 5.17.0, PEFT, accelerate 1.15.0, triton 3.6, ... (IMAGE below: its package list of 2026-11-17) and reaches
+no registry. What our GPU path needs beyond that travels as cp312 manylinux wheels (BUNDLE), two of them repacked so
+that the bundle and the checkout fit in 64 MiB (LIMIT_MIB) together:
 
 - unsloth: without `studio/` (Unsloth Studio's web front end and server, 2000 of its 2250 files, 85 of its 89 MB
   unpacked); nothing under `unsloth/` imports it.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEST = ROOT / "gpu_bundle"
-LIMIT_MIB = 64  # what one device call carries: the working tree plus the carried paths (device README "Limits")
+LIMIT_MIB = 64  # the checkout plus gpu_bundle/, copied to the GPU machine in one go (--limit-mib for another cap)
 
 # What the bundle holds: exact versions, one of each (two versions of a name stop pip's whole install there).
 BUNDLE = [
@@ -55,8 +55,8 @@ BUNDLE = [
     "cut_cross_entropy==25.1.1",  # unsloth_zoo's fused cross-entropy on CUDA (what `pip install unsloth` brings)
 ]
 
-# The GPU image's packages (KINDS.md "Python packages already there", 2026-11-17) with the versions read there
-# (KINDS.md "pip list" row, ../shared/NOTES.md); None: present, version not recorded.
+# The GPU image's packages (its package list of 2026-11-17) with the versions read there; the rest of IMAGE: present,
+# version not recorded.
 IMAGE_VERSIONS = {
     "python": "3.12.3", "torch": "2.11.0", "transformers": "5.17.0", "accelerate": "1.15.0", "triton": "3.6.0",
     "huggingface-hub": "1.33.0", "numpy": "2.5.2", "safetensors": "0.8.0", "tokenizers": "0.23.2",
@@ -264,7 +264,7 @@ def record_problems(wheel: Path) -> list[str]:
 
 
 def tree_bytes(root: Path = ROOT) -> int:
-    """What a device call sends besides the carried paths: tracked and untracked-not-ignored files."""
+    """What is copied to the GPU machine beside gpu_bundle/: tracked and untracked-not-ignored files."""
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
                          capture_output=True, check=True).stdout
     total = 0
@@ -285,7 +285,7 @@ def size_report(dest: Path, limit_mib: float = LIMIT_MIB, root: Path = ROOT) -> 
     mib = 1024 * 1024
     ok = total <= limit_mib * mib
     return ok, (f"bundle {bundle / mib:.1f} MiB + working tree {tree / mib:.1f} MiB = {total / mib:.1f} MiB "
-                f"({'within' if ok else 'OVER'} the {limit_mib} MiB a device call carries)")
+                f"({'within' if ok else 'OVER'} the {limit_mib} MiB cap on the copy to the GPU machine)")
 
 
 def check(dest: Path, python_version: str = "3.12", limit_mib: float = LIMIT_MIB, verbose: bool = True) -> bool:

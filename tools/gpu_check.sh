@@ -192,8 +192,9 @@ stage install sh -c '[ -d "$2" ] || { echo "no $2/: build it (python tools/gpu_b
 stage nvidia_smi nvidia-smi
 if [ "$DRY" = 1 ]; then SMI="echo 0"; else SMI="nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0"; fi
 if [ "$DRY" = 1 ] || command -v nvidia-smi > /dev/null; then
-    (while :; do m=$($SMI 2>/dev/null | head -n 1); [ -n "$m" ] && printf '%s\t%s\n' "$(date +%s.%N)" "$m" \
-        >> "$OUT/gpu_memory.tsv"; sleep 1; done) &
+    # ends with the script, however it ends ($$ is this script's pid inside the subshell too)
+    (while kill -0 $$ 2>/dev/null; do m=$($SMI 2>/dev/null | head -n 1); [ -n "$m" ] \
+        && printf '%s\t%s\n' "$(date +%s.%N)" "$m" >> "$OUT/gpu_memory.tsv"; sleep 1; done) &
     SAMPLER=$!
 fi
 stage env "$PY" tools/gpu_check.py env "$OUT/stages/env/env.json"
