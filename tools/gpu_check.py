@@ -154,10 +154,16 @@ def build_model(name: str, out: Path) -> dict:
 
 
 def models(out: Path, names: list[str]) -> None:
-    built = [build_model(name, out / name) for name in names]
-    (out / "models.json").write_text(json.dumps(built, indent=2))
-    for b in built:
-        print(f"{b['name']}: {b['architecture']} {b['parameters'] / 1e6:.1f}M parameters -> {b['dir']}")
+    """Each model in turn, models.json rewritten after each: the tiny one (first) serves the later stages even where
+    a bigger one fails or the stage is cut."""
+    built = []
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        b = build_model(name, out / name)
+        built.append(b)
+        (out / "models.json").write_text(json.dumps(built, indent=2))
+        print(f"{b['name']}: {b['architecture']} {b['parameters'] / 1e6:.1f}M parameters -> {b['dir']} "
+              f"({b['seconds']} s)", flush=True)
 
 
 # ---- env: versions, CUDA, imports ---------------------------------------------------------------------------------
@@ -277,7 +283,7 @@ class Figures:
         """The process's peak GPU memory so far (MiB), without initialising CUDA where the run has not."""
         torch = sys.modules.get("torch")
         try:
-            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch is not None and torch.cuda.is_initialized():  # never the first CUDA call of the process
                 return {"max_memory_allocated_mib": round(torch.cuda.max_memory_allocated() / 2**20),
                         "max_memory_reserved_mib": round(torch.cuda.max_memory_reserved() / 2**20)}
         except Exception as err:  # noqa: BLE001 - a figure, never the run's failure
@@ -568,11 +574,16 @@ def answers(out: Path, stages: dict[str, dict]) -> dict:
     figures = read_figures(folder / "dynsample")
     kl = [v for v in figures["logged"].get("kl", []) if v is not None]
     rounds = [v for v in figures["logged"].get("dynamic_sampling/rounds", []) if v is not None]
-    b = {"stage_status": status("dynsample"), "kl": kl, "dynamic_sampling_rounds": rounds, "kl_limit": KL_LIMIT}
+    b = {"stage_status": status("dynsample"), "kl": kl, "dynamic_sampling_rounds": rounds, "kl_limit": KL_LIMIT,
+         # grpokit/advantages.py warns in these words when it turns dynamic sampling off or hits its cap
+         "warnings": [line for line in _tail(folder / "dynsample" / "log.txt", 100000)
+                      if "dynamic_sampling:" in line][:5]}
     if not kl:
         b["answer"] = "not answered: no KL logged"
     elif any(not (v == v) or v > KL_LIMIT for v in kl):  # NaN or above the limit
         b["answer"] = f"FAIL: KL above {KL_LIMIT} (the merged log-probs are in another frame than the loss reads)"
+    elif not rounds:
+        b["answer"] = "not answered: dynamic sampling logged no rounds (turned off? see warnings)"
     elif not any(rounds):
         b["answer"] = "not answered: no step needed a second generation round (nothing was merged)"
     else:
@@ -677,7 +688,7 @@ def markdown(doc: dict) -> str:
                      + (f" ({item['source']})" if item.get("source") else "") + (f": {differs}" if differs else ""))
     b = answered.get("b_dynamic_sampling") or {}
     lines.append(f"- (b) dynamic sampling, beta 0.04: {b.get('answer')}; KL per step {b.get('kl')}, extra rounds "
-                 f"{b.get('dynamic_sampling_rounds')}")
+                 f"{b.get('dynamic_sampling_rounds')}" + "".join(f"\n  - {line}" for line in b.get("warnings") or []))
     c = answered.get("c_memory") or {}
     lines.append(f"- (c) memory at Llama-3.1-8B's width: {c.get('answer')}; peak {c.get('peak_allocated_gib')} GiB, "
                  f"estimate {c.get('estimate_gib')} GiB ({c.get('terms_gib')})")

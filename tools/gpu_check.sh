@@ -5,7 +5,6 @@
 # under its own timeout cut to what is left of the budget, and goes on past a failed one. Stage by stage:
 #   install      the bundle's wheels (--no-index --no-deps)
 #   nvidia_smi   the card, driver, memory (and a sampler of nvidia-smi's memory.used every second, to the end)
-#   env          versions, CUDA, `import unsloth, trl, datasets, bitsandbytes` for real, unmet requirements
 #   models       random-weight Llamas with a byte-level tokenizer (no download): a tiny one, and one at
 #                Llama-3.1-8B's width and vocabulary with 4 layers
 #   plans        train_grpo.py --dry-run of each run below, in parallel: the objective it states, the load plan
@@ -14,6 +13,8 @@
 #   dynsample    dynamic sampling, beta 0.04, dr_grpo, on the tiny Llama: (b) the KL of merged batches; (a) dr_grpo
 #   best_cispo   cispo, an evaluation and a checkpoint every step, load_best_model_at_end: (a) cispo; (d)
 #   eval_only    --eval-only on that run's adapter: (d)
+#   env          versions, CUDA, `import unsloth, trl, datasets, bitsandbytes` for real, unmet requirements (after the
+#                runs: where an import fails they fail in seconds, and this says why)
 #   doctor       train_grpo.py doctor --skip-run (the CLI's own checks; the runs above are its run)
 #   tool         --tool calculator on the tiny Llama: (e); "not available in this checkout" without that option
 # Everything lands in $OUT as it happens: stages.tsv (a line per stage), stages/<stage>/ (log.txt, the dry run's
@@ -81,13 +82,13 @@ while read -r name limit min needs; do
 done <<'TABLE'
 install     40  10  -
 nvidia_smi  10  3   -
-env         45  15  install
 models      60  20  install
 plans       45  10  models
-default_8b  90  45  plans
+default_8b  100 45  plans
 dynsample   60  30  plans
 best_cispo  60  30  plans
 eval_only   45  20  best_cispo
+env         45  15  install
 doctor      45  20  install
 tool        60  30  models
 TABLE
@@ -197,7 +198,6 @@ if [ "$DRY" = 1 ] || command -v nvidia-smi > /dev/null; then
         && printf '%s\t%s\n' "$(date +%s.%N)" "$m" >> "$OUT/gpu_memory.tsv"; sleep 1; done) &
     SAMPLER=$!
 fi
-stage env "$PY" tools/gpu_check.py env "$OUT/stages/env/env.json"
 stage models "$PY" tools/gpu_check.py models "$WORK/models" llama-tiny llama-8b-width
 stage plans bash -c 'plan default_8b & plan dynsample & plan best_cispo & fail=0
     for job in $(jobs -p); do wait "$job" || fail=1; done; exit $fail'
@@ -205,6 +205,7 @@ stage default_8b "$PY" tools/gpu_check.py wrap "$OUT/stages/default_8b" train_gr
 stage dynsample "$PY" tools/gpu_check.py wrap "$OUT/stages/dynsample" train_grpo.py $(run_args dynsample)
 stage best_cispo "$PY" tools/gpu_check.py wrap "$OUT/stages/best_cispo" train_grpo.py $(run_args best_cispo)
 stage eval_only "$PY" tools/gpu_check.py wrap "$OUT/stages/eval_only" train_grpo.py $(run_args eval_only)
+stage env "$PY" tools/gpu_check.py env "$OUT/stages/env/env.json"
 stage doctor "$PY" train_grpo.py doctor --skip-run --report "$OUT/stages/doctor/doctor.json"
 # The tool option is newer than this script: without it the stage says so instead of failing the check.
 if ! chosen tool || "$PY" train_grpo.py --help 2>/dev/null | grep -q -- "--tool"; then
