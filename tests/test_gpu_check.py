@@ -78,6 +78,7 @@ def test_dry_run_order_answers_and_figures(tmp_path):
     # the fixture plants what a config class rewriting a setting looks like: named, with both values
     assert objective["cispo"]["answer"] == "DIFFERS"
     assert objective["cispo"]["differs"] == {"epsilon_high": {"dry_run": 0.2, "run": 5.0}}
+    assert doc["problems"] == ["(a) objective, cispo: DIFFERS"]
     assert answers["b_dynamic_sampling"]["answer"].startswith("pass: 2 merged step(s)")
     assert answers["c_memory"]["ratio_peak_over_estimate"] == round(3600 / 1024 / 4.0, 2)
     assert answers["c_memory"]["answer"].startswith("held")
@@ -190,6 +191,7 @@ def test_report_reads_a_real_run_layout(tmp_path):
     a = doc["answers"]["a_objective"]["dr_grpo"]
     assert a["answer"] == "DIFFERS" and a["differs"] == {"scale_rewards": {"dry_run": "group", "run": "none"}}
     assert doc["answers"]["b_dynamic_sampling"]["answer"].startswith("FAIL: KL above 0.01")
+    assert [line.split(":")[0] for line in doc["problems"]] == ["(a) objective, dr_grpo", "(b) dynamic sampling"]
     assert doc["answers"]["a_objective"]["cispo"]["answer"].startswith("not answered")
     assert doc["answers"]["c_memory"]["answer"].startswith("not answered")
 

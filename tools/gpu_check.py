@@ -554,7 +554,7 @@ def objective_answer(folder: Path) -> dict:
     stated = plan.get("objective") if isinstance(plan, dict) else None
     if ran is None or not isinstance(stated, dict):
         missing = " and ".join(n for n, v in (("the run's objective", ran), ("the dry run's", stated)) if v is None)
-        return {"answer": f"not answered: no {missing}"}
+        return {"answer": f"not answered: {missing} missing"}
     differs = {key: {"dry_run": stated.get(key), "run": ran.get(key)}
                for key in sorted(set(stated) | set(ran)) if stated.get(key) != ran.get(key)}
     return {"answer": "same" if not differs else "DIFFERS", "source": source, "differs": differs,
@@ -569,7 +569,8 @@ def answers(out: Path, stages: dict[str, dict]) -> dict:
 
     result: dict = {"a_objective": {}}
     for name, label in OBJECTIVE_STAGES.items():
-        result["a_objective"][label] = {"stage": name, **objective_answer(folder / name)}
+        result["a_objective"][label] = {"stage": name, "stage_status": status(name),
+                                        **objective_answer(folder / name)}
 
     figures = read_figures(folder / "dynsample")
     kl = [v for v in figures["logged"].get("kl", []) if v is not None]
@@ -608,7 +609,8 @@ def answers(out: Path, stages: dict[str, dict]) -> dict:
     metrics = _read_json(folder / "eval_only" / "eval_metrics.json") or {}
     evaluated = metrics.get("eval") or {}
     d = {"training_status": status("best_cispo"), "eval_only_status": status("eval_only"), "best": kept,
-         "eval_only_metrics": {k: v for k, v in evaluated.items() if isinstance(v, (int, float))}}
+         "eval_only_metrics": {k: v for k, v in evaluated.items()
+                               if k in ("eval_reward", "eval_reward_std", "eval_completions/mean_length", "eval_loss")}}
     if not kept:
         d["answer"] = "not answered: the best-checkpoint run left no best_checkpoint.json"
     elif not kept.get("same"):
@@ -659,6 +661,12 @@ def report(out: Path) -> dict:
                 figures["run_config_objective"] = {k: v for k, v in config.items() if OBJECTIVE_KEYS.search(k)}
             doc["runs"][name] = figures
     doc["answers"] = answers(out, by_name)
+    # what the check found wrong (not what it could not answer): the first thing to read
+    found = [(f"(a) objective, {label}", item) for label, item in doc["answers"]["a_objective"].items()]
+    found += [(f"({key[0]}) {key[2:].replace('_', ' ')}", item) for key, item in doc["answers"].items()
+              if key != "a_objective"]
+    doc["problems"] = [f"{label}: {item['answer']}" for label, item in found
+                       if item.get("answer", "").startswith(("FAIL", "DIFFERS", "EXCEEDED"))]
     (out / "gpu_check.json").write_text(json.dumps(doc, indent=2, default=str))
     (out / "gpu_check.md").write_text(markdown(doc))
     return doc
@@ -680,7 +688,7 @@ def markdown(doc: dict) -> str:
         lines += ["versions: " + ", ".join(f"{k} {v}" for k, v in env_doc["versions"].items() if v), ""]
     for line in env_doc.get("unmet_requirements") or []:
         lines.append(f"- unmet requirement: {line}")
-    lines += ["## Answers", ""]
+    lines += ["problems found: " + ("; ".join(doc.get("problems") or []) or "none"), "", "## Answers", ""]
     answered = doc.get("answers") or {}
     for label, item in (answered.get("a_objective") or {}).items():
         differs = "; ".join(f"{k}: dry run {v['dry_run']!r}, run {v['run']!r}" for k, v in item.get("differs", {}).items())
@@ -853,7 +861,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0 if same_adapter(Path(rest[0]), Path(rest[1])) else 1)
     elif command == "report":
         doc = report(Path(rest[0]))
-        print(f"report: {rest[0]}/gpu_check.json, gpu_check.md; failed or cut: {', '.join(doc['failed']) or 'none'}")
+        print(f"report: {rest[0]}/gpu_check.json, gpu_check.md; failed or cut: {', '.join(doc['failed']) or 'none'}; "
+              f"problems found: {len(doc['problems'])}")
         for key, item in doc["answers"].items():
             items = item.items() if key == "a_objective" else [(None, item)]
             for label, value in items:
