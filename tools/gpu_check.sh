@@ -103,6 +103,7 @@ choose() { local n; for n in "$@"; do [ -n "${CHOSEN[$n]:-}" ] && continue; CHOS
 chosen() { [ -z "$ONLY" ] || [ -n "${CHOSEN[$1]:-}" ]; }
 elapsed() { echo $(( $(date +%s) - START + OFFSET )); }
 echo "{\"budget_s\": $BUDGET, \"stages_end_by_s\": $(( BUDGET - RESERVE )), \"reserve_s\": $RESERVE}" > "$OUT/budget.json"
+echo "budget $BUDGET s: the stages end by $(( BUDGET - RESERVE )) s, $RESERVE s kept for a cut stage's kill grace and the report"
 
 # record NAME STATUS SECONDS LIMIT START END NOTE: one line of stages.tsv
 record() { local IFS=$'\t'; echo "$*" >> "$OUT/stages.tsv"; }
