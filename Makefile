@@ -118,7 +118,7 @@ lint: install
 bench: install
 	$(PY) bench/bench_startup.py
 
-# The GPU check (docs/gpu.md "The GPU check"): the wheels a lent GPU machine lacks, into gpu_bundle/ (ignored), and
+# The GPU check (docs/gpu.md "The GPU check"): the wheels a GPU machine without network lacks, into gpu_bundle/ (ignored), and
 # the check's script with its GPU stages replaced by fixtures.
 gpu-bundle: install
 	$(PY) tools/gpu_bundle.py build

@@ -1,13 +1,14 @@
-"""The wheels a lent GPU machine lacks, built here for `tools/gpu_check.sh` to install there without a network.
+"""The wheels a GPU machine without network lacks, built here for `tools/gpu_check.sh` to install there.
 
     python tools/gpu_bundle.py build     # download from the registry into gpu_bundle/, repack, check (~15 MiB)
+    python tools/gpu_bundle.py stamp     # only gpu_bundle/COMMIT: the commit the check will report (build does it)
     python tools/gpu_bundle.py check     # Requires-Dist of every bundled wheel against the image + the bundle; size
     python tools/gpu_bundle.py simulate  # the same set for this box's Python, imported for real in a clean venv
 
-The GPU machines (docs/gpu.md "The GPU check") run Python 3.12 with torch 2.11.0+cu130, transformers 5.17.0, PEFT,
-accelerate 1.15.0, triton 3.6, ... (IMAGE below: the image's package list of 2026-11-17, /work/.library/device/
-KINDS.md) and reach no registry. What our GPU path needs beyond that travels as cp312 manylinux wheels (BUNDLE),
-two of them repacked to fit the 64 MiB a call may carry with the working tree:
+The GPU image the check was sized for (docs/gpu.md "The GPU check") runs Python 3.12 with torch 2.11.0+cu130,
+transformers 5.17.0, PEFT, accelerate 1.15.0, triton 3.6, ... (IMAGE below: its package list of 2026-11-17) and reaches
+no registry. What our GPU path needs beyond that travels as cp312 manylinux wheels (BUNDLE), two of them repacked so
+that the bundle and the checkout fit in 64 MiB (LIMIT_MIB) together:
 
 - unsloth: without `studio/` (Unsloth Studio's web front end and server, 2000 of its 2250 files, 85 of its 89 MB
   unpacked); nothing under `unsloth/` imports it.
@@ -28,13 +29,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEST = ROOT / "gpu_bundle"
-LIMIT_MIB = 64  # what one device call carries: the working tree plus the carried paths (device README "Limits")
+LIMIT_MIB = 64  # the checkout plus gpu_bundle/, copied to the GPU machine in one go (--limit-mib for another cap)
 
 # What the bundle holds: exact versions, one of each (two versions of a name stop pip's whole install there).
 BUNDLE = [
@@ -53,8 +55,8 @@ BUNDLE = [
     "cut_cross_entropy==25.1.1",  # unsloth_zoo's fused cross-entropy on CUDA (what `pip install unsloth` brings)
 ]
 
-# The GPU image's packages (KINDS.md "Python packages already there", 2026-11-17) with the versions read there
-# (KINDS.md "pip list" row, ../shared/NOTES.md); None: present, version not recorded.
+# The GPU image's packages (its package list of 2026-11-17) with the versions read there; the rest of IMAGE: present,
+# version not recorded.
 IMAGE_VERSIONS = {
     "python": "3.12.3", "torch": "2.11.0", "transformers": "5.17.0", "accelerate": "1.15.0", "triton": "3.6.0",
     "huggingface-hub": "1.33.0", "numpy": "2.5.2", "safetensors": "0.8.0", "tokenizers": "0.23.2",
@@ -262,7 +264,7 @@ def record_problems(wheel: Path) -> list[str]:
 
 
 def tree_bytes(root: Path = ROOT) -> int:
-    """What a device call sends besides the carried paths: tracked and untracked-not-ignored files."""
+    """What is copied to the GPU machine beside gpu_bundle/: tracked and untracked-not-ignored files."""
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
                          capture_output=True, check=True).stdout
     total = 0
@@ -283,7 +285,7 @@ def size_report(dest: Path, limit_mib: float = LIMIT_MIB, root: Path = ROOT) -> 
     mib = 1024 * 1024
     ok = total <= limit_mib * mib
     return ok, (f"bundle {bundle / mib:.1f} MiB + working tree {tree / mib:.1f} MiB = {total / mib:.1f} MiB "
-                f"({'within' if ok else 'OVER'} the {limit_mib} MiB a device call carries)")
+                f"({'within' if ok else 'OVER'} the {limit_mib} MiB cap on the copy to the GPU machine)")
 
 
 def check(dest: Path, python_version: str = "3.12", limit_mib: float = LIMIT_MIB, verbose: bool = True) -> bool:
@@ -316,6 +318,29 @@ def check(dest: Path, python_version: str = "3.12", limit_mib: float = LIMIT_MIB
 
 # ---- building -------------------------------------------------------------------------------------------------
 
+def commit_line(root: Path = ROOT) -> str:
+    """'<short hash>' of the checkout, with ' + N changed files' when tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    try:
+        head = git("rev-parse", "--short", "HEAD").strip()
+        changed = len([line for line in git("status", "--porcelain", "--untracked-files=no").splitlines() if line])
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git here)"
+    return head + (f" + {changed} changed files" if changed else "")
+
+
+def stamp(dest: Path, root: Path = ROOT) -> str:
+    """gpu_bundle/COMMIT: the commit of the checkout beside the bundle. A copied working tree carries no .git, so
+    this is how the check's report names the code it ran (tools/gpu_check.sh reads the first line)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    line = commit_line(root)
+    (dest / "COMMIT").write_text(f"{line}\nwritten {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} "
+                                 "by tools/gpu_bundle.py\n")
+    return line
+
+
 def download(dest: Path, python_version: str) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
            "--python-version", python_version, "--implementation", "cp", "--dest", str(dest)]
@@ -334,6 +359,7 @@ def build(dest: Path, python_version: str) -> None:
         if name in REPACKS:
             dropped, saved = REPACKS[name](wheel)
             print(f"repacked {wheel.name}: {dropped} files out, {saved / 1024 / 1024:.1f} MiB smaller")
+    print(f"commit: {stamp(dest)} (written to {dest / 'COMMIT'})")
 
 
 # `simulate`: the image's packages that the bundle's imports reach, installable on a CPU box (torch: the CPU wheel
@@ -371,7 +397,7 @@ def simulate(work: Path, python: str, torch: str = "torch==2.13.0+cpu") -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["build", "check", "simulate"])
+    parser.add_argument("command", choices=["build", "check", "simulate", "stamp"])
     parser.add_argument("--dest", type=Path, default=DEST)
     parser.add_argument("--python-version", default="3.12",
                         help="the GPU image's Python (3.12); another one builds a variant to try the wheels here")
@@ -383,6 +409,9 @@ def main(argv=None) -> int:
     a = parser.parse_args(argv)
     if a.command == "simulate":
         return simulate(a.work, a.python, a.torch)
+    if a.command == "stamp":
+        print(f"commit: {stamp(a.dest)} (written to {a.dest / 'COMMIT'})")
+        return 0
     if a.command == "build":
         build(a.dest, a.python_version)
     ok = check(a.dest, a.python_version, a.limit_mib)
