@@ -578,11 +578,13 @@ def normalise_layer(layer: dict[str, Any], source: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     trl_args: dict[str, Any] = {}
     spelled: dict[str, str] = {}  # field -> the key this layer set it with
-    if isinstance(layer.get("objective", {}), dict | None):
-        # A run's run_config.json also says, under "objective", the loss settings it trained with
-        # (grpokit/objective.py): derived from the fields beside it, so the file (or its dict, given to the Python
-        # API) read back runs the same objective without it.
-        layer = {key: value for key, value in layer.items() if key != "objective"}
+    for derived in ("objective", "agent"):
+        if isinstance(layer.get(derived, {}), dict | None):
+            # A run's run_config.json also says, under "objective", the loss settings it trained with
+            # (grpokit/objective.py) and, under "agent", its tools' schemas and template (grpokit/agents.py): both
+            # derived from the fields beside them, so the file (or its dict, given to the Python API) read back
+            # runs the same without them.
+            layer = {key: value for key, value in layer.items() if key != derived}
     for raw_key, value in layer.items():
         key = ALIASES.get(raw_key, raw_key)
         if key in spelled and key in ALIASES.values():

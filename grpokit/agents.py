@@ -335,6 +335,12 @@ class AgentPlan:
     def active(self) -> bool:
         return bool(self.tools or self.environments)
 
+    def headline(self) -> str:
+        """The run header's line: the tools, the rounds, the template family."""
+        names = ", ".join(s["function"]["name"] for s in self.schemas)
+        where = f" ({', '.join(c.__name__ for c in self.environments.values())})" if self.environments else ""
+        return f"{names}{where}; up to {self.max_iterations} rounds, {self.family} template"
+
     def describe(self) -> dict[str, Any]:
         """--dry-run / run_config.json: the tools, their schemas, the template and parser, the limits."""
         if not self.active:

@@ -407,6 +407,7 @@ class GRPOTrainer:
                      f"{report.source}" + (f"; {dropped} rows dropped (see the log)" if dropped else "")),
             ("rewards", f"{config.reward_function_type}: " + ", ".join(
                 f"{n} x{w:g}" for n, w in zip(self.reward_set.names, self.reward_set.weights, strict=True))),
+            *([("tools", self.agent.headline())] if self.agent is not None and self.agent.active else []),
             ("steps", f"{steps}, {_group_shape(config, per_step)} per step, lr {config.learning_rate:g}"),
             ("loss", describe_objective(self.objective)),
             ("output", str(Path(config.output_dir)))  # one spelling: Path drops "./",
@@ -757,8 +758,11 @@ class GRPOTrainer:
 
     def _write_run_config(self, out: Path) -> None:
         """run_config.json: every field (`--config run_config.json` runs it again) and, under "objective", the loss
-        settings the trainer trained with (written by the run, ignored when the file is read back)."""
+        settings the trainer trained with and, under "agent", a tool run's tools, schemas and template (written by
+        the run, ignored when the file is read back)."""
         document = {**_config_dict(self.config), "objective": self.objective}
+        if self.agent is not None and self.agent.active:
+            document["agent"] = self.agent.describe()
         (out / RUN_CONFIG).write_text(json.dumps(document, indent=2, default=str) + "\n")
 
     def _write_outputs(self, summary: dict[str, Any]) -> None:

@@ -544,3 +544,47 @@ def test_the_llama_cpp_engine_generates_each_turn_of_the_tool_loop():
     trained = torch.log_softmax(logits.float() / 0.8, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0].numpy()
     delta = np.abs(trained[after] - np.array(logprobs)[after])
     assert delta.mean() < 0.02, delta  # f16 GGUF against the fp32 model, as the engine's own tests
+
+
+# ---- chat templates: TRL's families, ours for ChatML, a refusal for the rest ------------------------------------
+
+@pytest.mark.parametrize("template, family", [
+    ("qwen2_5", "qwen"), ("qwen3", "qwen"), ("llama3_1", "llama3"), ("llama3_2", "llama3"),  # TRL parses these
+    ("phi3", None), ("gemma", None), ("llama3", None),  # no tool-call format TRL can parse: refused
+])
+def test_the_template_family_of_a_local_model(tmp_path, template, family):
+    from config.errors import UsageError
+    from grpokit.agents import _trl_template, family_for_model
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": _trl_template(template)}))
+    if family is None:
+        with pytest.raises(UsageError, match="no tool-call format we can parse"):
+            family_for_model(str(tmp_path))
+    else:
+        assert family_for_model(str(tmp_path)) == family
+
+
+def test_a_chatml_template_gets_ours_and_parses_a_call():
+    from grpokit.agents import prepare_tokenizer
+    from grpokit.model_loader import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    assert prepare_tokenizer(tokenizer, "chatml") == "chatml"
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=[calculator], tokenize=False,
+                                             add_generation_prompt=True)
+    assert rendered.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")  # its own prompt
+    assert '"name": "calculator"' in rendered and rendered.endswith("<|im_start|>assistant\n")
+    ids = tokenizer('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 * 3"}}\n</tool_call>'
+                    '<|im_end|>', add_special_tokens=False)["input_ids"]
+    prefix = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=[calculator],
+                                           add_generation_prompt=True, tokenize=True, return_dict=False)
+    parsed = tokenizer.parse_response(ids, prefix=prefix)
+    assert parsed["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "2 * 3"}}
+
+
+def test_a_tool_run_s_run_config_reads_back():
+    from grpo_trainer import GRPOConfig
+
+    config = GRPOConfig(model_name="smollm2-135m", tools=["calculator"], agent={"tools": ["calculator"]},
+                        objective={"loss_type": "dapo"})  # what run_config.json holds beside the fields
+    assert config.tools == ["calculator"]

@@ -106,6 +106,8 @@ def test_a_tool_run_under_two_ranks_and_its_resume(tmp_path):
     assert any("tools/call_frequency" in entry for entry in state["log_history"])
     log = json.loads((out / "generation_logs" / "generation_log_step_1.json").read_text())
     assert len(log) == 2 and all("trajectory" in entry and "tool_calls" in entry for entry in log)
+    run_config = json.loads((out / "run_config.json").read_text())
+    assert run_config["agent"]["tools"] == ["calculator"] and run_config["tools"] == ["calculator"]
     result = _torchrun(*run, "--max-steps", "2", "--resume-from-checkpoint", "latest", timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "rank 0 of 2 finished at global step 2" in result.stderr
