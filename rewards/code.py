@@ -50,7 +50,7 @@ from config.errors import UsageError
 from grpokit.sandbox import SandboxError
 from rewards import code_monitor
 from rewards.base import RewardComponent
-from rewards.code_io import DEFAULT_CASE_SECONDS, outputs_match
+from rewards.code_io import DEFAULT_CASE_SECONDS, FLOAT_TOLERANCE, check_tolerance, outputs_match
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -1059,7 +1059,8 @@ class CodeExecution(RewardComponent):
     SandboxFusion service instead (the whole program runs there, verdict included: the split verdict needs the
     local sandbox). Per completion, `last_details` keeps passed / total / status / suspected / stderr tail of the
     latest call; `last_metrics` the call's code/hack_suspected (share of completions flagged) and
-    code/unsplit_tests.
+    code/unsplit_tests. `float_tolerance`: the absolute or relative error a standard-output answer that is not an
+    integer may have, where the row states none (its `float_tolerance`); integers are always exact.
 
     Example: tests ["assert add(1, 2) == 3", "assert add(0, 0) == 0"], completion
     "```python\\ndef add(a, b):\\n    return a + b\\n```" -> 1.0; "def add(a, b): return 3" -> 0.5
@@ -1074,6 +1075,7 @@ class CodeExecution(RewardComponent):
     sandbox_url: str = ""
     zero_suspected: bool = False
     require_sandbox: bool = False
+    float_tolerance: float = FLOAT_TOLERANCE
 
     def __post_init__(self):
         self.last_details: list[dict[str, Any]] = []
@@ -1089,6 +1091,7 @@ class CodeExecution(RewardComponent):
                              f"{self.workers}.")
         if self.memory_mb < 64:
             raise UsageError(f"{source}: 'code_execution.memory_mb' must be 64 or more (MiB), not {self.memory_mb}.")
+        check_tolerance(self.float_tolerance, f"{source}: 'code_execution'")
         if self.sandbox_url and not re.match(r"https?://[^/\s]+", self.sandbox_url):
             raise UsageError(f"{source}: 'code_execution.sandbox_url' must be an http(s):// URL of a SandboxFusion "
                              f"server, not {self.sandbox_url!r}.")
@@ -1202,7 +1205,9 @@ class CodeExecution(RewardComponent):
         case's input, in the sandbox, and only its standard output comes back; this process compares it with the
         expected output. Each case gets the row's time limit (x2: contest limits are set for C++; else
         code_io.DEFAULT_CASE_SECONDS), all of them together at most `timeout`: a hostile completion costs the step
-        no more. A case past its limit, and every case after it, fails; a crash (non-zero exit) fails its case."""
+        no more. A case past its limit, and every case after it, fails; a crash (non-zero exit) fails its case.
+        Outputs compare as code_io.outputs_match says, non-integers within the row's `float_tolerance`, else the
+        reward's."""
         from grpokit import sandbox
 
         cases = io["cases"]
@@ -1217,6 +1222,8 @@ class CodeExecution(RewardComponent):
             return 0.0, {**details, "status": "syntax error", "stderr": clean_tail(f"{type(err).__name__}: {err}")}
         run = sandbox.SandboxFusion(self.sandbox_url).run_python if self.sandbox_url else sandbox.run_python
         per_case = min(self.timeout, 2 * io["time_limit"] if io.get("time_limit") else DEFAULT_CASE_SECONDS)
+        stated = io.get("float_tolerance")  # the row's own (a problem that says 1e-4), else the reward's
+        tolerance = float(stated) if isinstance(stated, int | float) and 0 <= stated < 1 else self.float_tolerance
         deadline, passed, status, stderr = time.monotonic() + self.timeout, 0, "", ""
         for number, case in enumerate(cases, 1):
             left = deadline - time.monotonic()
@@ -1234,7 +1241,7 @@ class CodeExecution(RewardComponent):
                 status = f"time limit on case {number} of {len(cases)}"
                 break
             ok = execution.returncode == 0 and not execution.truncated and \
-                outputs_match(execution.stdout, case["output"])
+                outputs_match(execution.stdout, case["output"], tolerance)
             passed += ok
             if not ok and not stderr:
                 stderr = execution.stderr or f"case {number}: wrong output"

@@ -16,10 +16,14 @@ instead. `io_cases` reads every layout below into one column, `{"cases": [{"inpu
   plain               `inputs` + `outputs` columns (lists of strings), optional `fn_name`
 
 The verdict is decided outside the sandbox: the program runs there on a case's input, and only its standard output
-comes back; the expected output never enters it. `outputs_match` compares as the datasets' own checkers do: line by
-line after dropping trailing spaces and blank lines at both ends (APPS strips the same), then token by token, with
-numbers equal within 1e-6 absolute or relative error (the usual judge tolerance; APPS' np.allclose is looser). Not
-taken from APPS: its last fallback, which compares each line's tokens as a set, so a wrong order passes.
+comes back; the expected output never enters it. `outputs_match` compares as the official checkers do: line by line
+after dropping trailing spaces and blank lines at both ends (APPS strips the same), then token by token. An expected
+integer is exact: the same text, or the same value spelled as a decimal (`3.0` for `3`; LiveCodeBench compares
+Decimals, so `1000000008.0` never passes for `1000000007`, nor `1.000000e+06` for `1000001`). A tolerance applies
+only where the expected token is not an integer (`2.5`, `1e-3`): absolute or relative error within the row's
+`float_tolerance` (a problem that says 1e-4 or 1e-9), else the reward's (`code_execution.float_tolerance`, 1e-6: the
+usual judge tolerance; APPS' np.allclose is looser, CodeContests' 1e-5 absolute). Not taken from APPS: its last
+fallback, which compares each line's tokens as a set, so a wrong order passes.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from config.errors import UsageError
@@ -34,6 +39,7 @@ from config.errors import UsageError
 FLOAT_TOLERANCE = 1e-6
 DEFAULT_CASE_SECONDS = 4.0  # per case where the row gives none (CodeContests' limits are for C++: Python gets 2x)
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_INTEGER = re.compile(r"[+-]?\d+")
 
 
 def _json(value: Any, where: str) -> Any:
@@ -114,7 +120,22 @@ def io_cases(row: dict[str, Any], where: str = "row") -> dict[str, Any] | None:
         raise UsageError(f"{where}: its test cases are empty: a problem with no case cannot be scored.")
     limit = _seconds(row.get("time_limit"))
     return {"cases": [{"input": c["input"], "output": c["output"]} for c in cases], "fn_name": fn_name,
-            "time_limit": limit}
+            "time_limit": limit, "float_tolerance": check_tolerance(row.get("float_tolerance"), where)}
+
+
+def check_tolerance(value: Any, where: str) -> float | None:
+    """A stated float tolerance (a row's `float_tolerance`, the reward's setting): a number in [0, 1), or None for
+    none stated."""
+    if value is None or value == "":
+        return None
+    try:
+        tolerance = float(value)
+    except (TypeError, ValueError):
+        tolerance = -1.0
+    if isinstance(value, bool) or not 0 <= tolerance < 1:
+        raise UsageError(f"{where}: 'float_tolerance' must be a number in [0, 1) (e.g. 1e-6: the absolute or "
+                         f"relative error a non-integer answer may have), not {value!r}.")
+    return tolerance
 
 
 def _pairs(data: Any, where: str) -> list[dict[str, Any]]:
@@ -158,26 +179,34 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def _same_token(actual: str, expected: str) -> bool:
+def _same_token(actual: str, expected: str, tolerance: float) -> bool:
     if actual == expected:
         return True
     if not (_NUMBER.fullmatch(actual) and _NUMBER.fullmatch(expected)):
         return False
+    if _INTEGER.fullmatch(expected):
+        # An integer answer has no tolerance: only its value spelled as a decimal (3.0), compared exactly (Decimal,
+        # as LiveCodeBench does: a float would make 10**18 + 7 equal 10**18 + 8). Another integer spelling of it
+        # (007, +7) is another token, as a strict checker reads it.
+        if _INTEGER.fullmatch(actual):
+            return False
+        try:
+            return Decimal(actual) == Decimal(expected)
+        except (InvalidOperation, ValueError):  # an exponent past Decimal's range: no answer is spelled so
+            return False
     a, e = float(actual), float(expected)
-    # Integers are compared exactly as text above: a tolerance is for numbers printed with a fraction
-    if "." not in expected + actual and "e" not in (expected + actual).lower():
-        return False
-    return math.isfinite(a) and math.isfinite(e) and abs(a - e) <= FLOAT_TOLERANCE * max(1.0, abs(e))
+    return math.isfinite(a) and math.isfinite(e) and abs(a - e) <= tolerance * max(1.0, abs(e))
 
 
-def outputs_match(actual: str, expected: str) -> bool:
-    """Whether a program's standard output answers a case (see the module docstring)."""
+def outputs_match(actual: str, expected: str, tolerance: float = FLOAT_TOLERANCE) -> bool:
+    """Whether a program's standard output answers a case (see the module docstring); `tolerance`: the absolute or
+    relative error allowed where the expected token is not an integer."""
     got, want = _lines(actual), _lines(expected)
     if got == want:
         return True
     got, want = [line.split() for line in got if line.strip()], [line.split() for line in want if line.strip()]
     return len(got) == len(want) and all(
-        len(g) == len(w) and all(_same_token(a, e) for a, e in zip(g, w, strict=True))
+        len(g) == len(w) and all(_same_token(a, e, tolerance) for a, e in zip(g, w, strict=True))
         for g, w in zip(got, want, strict=True))
 
 

@@ -75,12 +75,51 @@ OUTPUTS = [
     ("", "0\n", False),
     ("", "", True),
     ("3\n4\n", "3\n", False),                  # extra output
+    # an expected integer is exact: its value spelled as a decimal passes, nothing within a tolerance does
+    ("1000000007.0\n", "1000000007\n", True),
+    ("1000000008.0\n", "1000000007\n", False),  # off by one mod 1e9+7, printed with .0
+    ("1.000000e+06\n", "1000001\n", False),     # '%.6e' % (n * n) for n * n + 1
+    ("1.000001e+06\n", "1000001\n", True),      # the same value in an exponent: exact
+    ("3.0000001\n", "3\n", False),
+    ("1000000000000000008.0\n", "1000000000000000007\n", False),  # equal as floats, not as numbers
+    ("007\n", "7\n", False),                     # another integer spelling is another token
+    ("+7\n", "7\n", False),
+    ("1e99999999999999999999\n", "7\n", False),  # past Decimal's range: no crash, no pass
+    ("0.5 1.0000000001 7.0\n", "0.5 1 7\n", False),
+    ("0.5 1.0 7.0\n", "0.5 1 7\n", True),
 ]
 
 
 @pytest.mark.parametrize("actual, expected, same", OUTPUTS)
 def test_outputs_compare_as_a_judge_would(actual, expected, same):
     assert outputs_match(actual, expected) is same
+
+
+# (actual, expected, tolerance, same): a tolerance a row states replaces 1e-6, for non-integers only
+TOLERANCES = [
+    ("0.3334\n", "0.33333333\n", 1e-4, True),
+    ("0.3334\n", "0.33333333\n", 1e-6, False),
+    ("0.333333333\n", "0.3333333333\n", 1e-9, True),
+    ("0.3333333\n", "0.3333333333\n", 1e-9, False),
+    ("2.5\n", "2.5000\n", 0.0, True),            # the same value, other digits: equal at any tolerance
+    ("8.0\n", "7\n", 0.5, False),                 # an integer answer is exact whatever the row says
+    ("7.4\n", "7\n", 0.5, False),
+]
+
+
+@pytest.mark.parametrize("actual, expected, tolerance, same", TOLERANCES)
+def test_a_stated_tolerance_applies_to_non_integers_only(actual, expected, tolerance, same):
+    assert outputs_match(actual, expected, tolerance) is same
+
+
+def test_a_row_states_its_tolerance():
+    row = {"inputs": ["1"], "outputs": ["0.5"]}
+    assert io_cases(row)["float_tolerance"] is None
+    assert io_cases({**row, "float_tolerance": 1e-4})["float_tolerance"] == 1e-4
+    assert io_cases({**row, "float_tolerance": "1e-9"})["float_tolerance"] == 1e-9
+    for bad in (-1, 1.5, "tight", True):
+        with pytest.raises(UsageError, match=r"row 2: 'float_tolerance' must be a number in \[0, 1\)"):
+            io_cases({**row, "float_tolerance": bad}, "row 2")
 
 
 def test_call_based_cases_become_trusted_asserts():

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 from config.errors import UsageError
-from data_loader import FieldNames, make_custom_formatter, read_custom_jsonl
+from data_loader import FieldNames, io_problem_row, make_custom_formatter, read_custom_jsonl
 from rewards.code import CodeExecution
 
 SAMPLE = ROOT / "examples" / "code_stdio.jsonl"
@@ -37,6 +37,15 @@ def _score(rows, ident: str, *programs: str, **options) -> list[tuple[float | No
     columns = {key: [row[key]] * len(programs) for key in ("tests", "test_setup_code", "entry_point", "code_prompt",
                                                              "io_cases")}
     return reward.score_with_details([f"```python\n{p}\n```" for p in programs], **columns)
+
+
+def _row(ident: str, inputs: list, outputs: list, **fields) -> dict:
+    """An APPS-style row (`input_output`) mapped as a run maps it."""
+    raw = {"id": ident, "question": "Solve it.", "input_output": json.dumps({"inputs": inputs, "outputs": outputs,
+                                                                            **fields.pop("io", {})}), **fields}
+    out, reason = make_custom_formatter("io", FieldNames())(io_problem_row(raw, FieldNames(), ident))
+    assert reason is None, reason
+    return out
 
 
 def test_every_layout_maps_to_code_data(rows):
@@ -64,6 +73,41 @@ def test_partial_credit_and_float_tolerance(rows):
     values = [v for v, _ in _score(rows, "average", right, rounded)]
     assert values == [1.0, pytest.approx(2 / 3)]
     assert [v for v, _ in _score(rows, "fizzbuzz-n", "print(1)", partial_credit=False)] == [0.0]
+
+
+def test_integer_answers_compare_exactly(rows):
+    """A float tolerance is for answers that are not integers: printing a wrong integer with `.0` or in an exponent
+    never passes, while the right value spelled as a decimal does (as the official checkers accept it)."""
+    table = {"mod": _row("mod", ["3\n", "10\n"], ["1000000008\n", "1000000015\n"]),
+             "square": _row("square", ["1000\n", "3\n"], ["1000001\n", "10\n"])}
+    cases = [  # (row, program, score)
+        ("mod", "n = int(input())\nprint((10**9 + 7 + n - 2) % (10**9 + 7) + 10**9 + 7)", 1.0),
+        ("mod", "n = int(input())\nprint(float(10**9 + 7 + n - 2))", 1.0),   # the right value as 1000000008.0
+        ("mod", "n = int(input())\nprint(float(10**9 + 7 + n - 1))", 0.0),   # off by one, printed with .0
+        ("mod", "n = int(input())\nprint('%.9e' % (10**9 + 7 + n - 3))", 0.0),
+        ("square", "n = int(input())\nprint(n * n + 1)", 1.0),
+        ("square", "n = int(input())\nprint('%.6e' % (n * n + 1))", 1.0),  # exact in 7 digits: the same value
+        ("square", "n = int(input())\nprint('%.6e' % (n * n))", 0.0),      # n * n for n * n + 1
+        ("square", "n = int(input())\nprint(n * n + 1.0000001)", 0.0),
+    ]
+    for ident, program, expected in cases:
+        row = table[ident]
+        (value, details), = _score({ident: row}, ident, program)
+        assert value == expected, (program, details)
+
+
+def test_a_row_or_the_reward_states_the_float_tolerance(rows):
+    third = "n = int(input())\nprint(round(1 / n, 5))"  # 0.33333 for 0.3333333333: 3.3e-6 off
+    loose = _row("third-loose", ["3\n"], ["0.3333333333\n"], float_tolerance=1e-4)
+    strict = _row("third", ["3\n"], ["0.3333333333\n"])
+    assert [v for v, _ in _score({"t": loose}, "t", third)] == [1.0]
+    assert [v for v, _ in _score({"t": strict}, "t", third)] == [0.0]      # the reward's 1e-6
+    assert [v for v, _ in _score({"t": strict}, "t", third, float_tolerance=1e-5)] == [1.0]
+    nine = "n = int(input())\nprint('%.7f' % (1 / n))"                     # 0.3333333: 3.3e-8 off
+    tight = _row("third-tight", ["3\n"], ["0.3333333333\n"], float_tolerance=1e-9)
+    assert [v for v, _ in _score({"t": tight}, "t", nine, float_tolerance=1e-3)] == [0.0]  # the row's wins
+    with pytest.raises(UsageError, match="'float_tolerance' must be a number in"):
+        CodeExecution(float_tolerance=2.0).check("the reward config")
 
 
 def test_call_based_problems_use_the_split_verdict(rows):
