@@ -110,6 +110,48 @@ def test_a_row_or_the_reward_states_the_float_tolerance(rows):
         CodeExecution(float_tolerance=2.0).check("the reward config")
 
 
+FACTORIAL = _row("factorial", ["5\n", "20\n"], ["120\n", "2432902008176640000\n"])
+THREADED = """import sys, threading
+def fact(n):
+    return 1 if n <= 1 else n * fact(n - 1)
+def main():
+    n = int(input())
+    depth = lambda k: 0 if k == 0 else depth(k - 1)
+    depth(50000)  # recursion deeper than the main thread's stack allows: why the idiom exists
+    print(fact(n){wrong})
+sys.setrecursionlimit(1 << 20)
+threading.stack_size(1 << 26)
+threading.Thread(target=main).start()
+"""
+ENDINGS = [  # (program, score): a program ends as an interpreter ends it, its output read after that
+    (THREADED.format(wrong=""), 1.0),                                      # main in a thread, never joined
+    (THREADED.format(wrong="") + "exit()\n", 1.0),
+    (THREADED.format(wrong=" + 1"), 0.0),
+    ("from threading import Thread\nt = Thread(target=lambda: print(120 if input() == '5' else 2432902008176640000)"
+     ")\nt.start()\nt.join()", 1.0),
+    ("import math\nprint(math.factorial(int(input())))\nexit()\nprint('after exit')", 1.0),
+    ("import math\nprint(math.factorial(int(input())))\nquit()", 1.0),
+    ("import math\nprint(math.factorial(int(input())))\nexit(0)", 1.0),
+    ("import math\nprint(math.factorial(int(input())))\nexit(1)", 0.0),   # a non-zero exit fails, as a crash
+    ("import math\nprint(math.factorial(int(input())) + 1)\nexit()", 0.0),
+    # a daemon thread is not waited for (as by Python): what it prints after the program ends is not output
+    ("import math, threading, time\nn = int(input())\n"
+     "threading.Thread(target=lambda: (time.sleep(0.5), print(math.factorial(n))), daemon=True).start()", 0.0),
+    # a thread that never ends holds the program to its time limit
+    ("import math, threading\nprint(math.factorial(int(input())))\n"
+     "threading.Thread(target=lambda: [None for _ in iter(int, 1)]).start()", 0.0),
+]
+
+
+def test_programs_end_as_an_interpreter_ends_them():
+    """Threads a program starts finish before its output is read (the stack-size idiom for deep recursion), and
+    exit() / quit() end it normally with its output kept, as in an interpreter with `site`."""
+    programs = [program for program, _ in ENDINGS]
+    results = _score({"f": FACTORIAL}, "f", *programs, timeout=20.0)
+    for (program, expected), (value, details) in zip(ENDINGS, results, strict=True):
+        assert value == expected, (program, details)
+
+
 def test_call_based_problems_use_the_split_verdict(rows):
     right = "def pair_sum(nums, target):\n    seen = {}\n    for i, x in enumerate(nums):\n" \
             "        if target - x in seen:\n            return [seen[target - x], i]\n        seen[x] = i"
