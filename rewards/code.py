@@ -50,7 +50,15 @@ from config.errors import UsageError
 from grpokit.sandbox import SandboxError
 from rewards import code_monitor
 from rewards.base import RewardComponent
-from rewards.code_io import DEFAULT_CASE_SECONDS, FLOAT_TOLERANCE, check_tolerance, outputs_match
+from rewards.code_io import (
+    DEFAULT_CASE_SECONDS,
+    FLOAT_TOLERANCE,
+    call_tests,
+    check_tolerance,
+    outputs_match,
+    solution_class,
+    with_prelude,
+)
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -1157,7 +1165,13 @@ class CodeExecution(RewardComponent):
              named_by: str = "", io: dict | None = None) -> tuple[float | None, dict]:
         details: dict[str, Any] = {"passed": 0, "total": 0, "status": "", "stderr": "", "suspected": [],
                                    "unsplit": 0}
-        if io is not None:
+        code, official = None, False
+        if io is not None and io.get("fn_name"):  # call-based cases: asserts on the function's answers
+            code, official = extract_code(text, io["fn_name"]), True
+            leetcode = solution_class(code)  # LeetCode's layout: a method of `class Solution:`, called as APPS calls it
+            tests, setup = call_tests(io["fn_name"], io["cases"], leetcode)
+            entry, prefix = ("" if leetcode else io["fn_name"]), ""
+        elif io is not None:
             return self._one_io(text, io, details)
         try:
             steps = split_tests(tests, entry or "", setup, named_by)
@@ -1169,12 +1183,14 @@ class CodeExecution(RewardComponent):
             entry = named[-1] if named and named[-1] in _free_names(steps) else ""
         if total == 0:
             return None, {**details, "status": "no tests"}
-        code = extract_code(text, entry or "")
+        code = extract_code(text, entry or "") if code is None else code
         if not code.strip():
             return 0.0, {**details, "status": "no code"}
         details["suspected"] = code_monitor.scan(code, entry or "")
         if prefix:
             code = prefix + ("" if prefix.endswith("\n") else "\n") + code
+        if official:  # the imports the official checkers give call-based answers (code_io.PRELUDE)
+            code = with_prelude(code, keep=(io["fn_name"], "Solution"))
         try:
             ast.parse(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
@@ -1220,6 +1236,7 @@ class CodeExecution(RewardComponent):
             ast.parse(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
             return 0.0, {**details, "status": "syntax error", "stderr": clean_tail(f"{type(err).__name__}: {err}")}
+        code = with_prelude(code)  # the imports the official checkers give a program (code_io.PRELUDE)
         run = sandbox.SandboxFusion(self.sandbox_url).run_python if self.sandbox_url else sandbox.run_python
         per_case = min(self.timeout, 2 * io["time_limit"] if io.get("time_limit") else DEFAULT_CASE_SECONDS)
         stated = io.get("float_tolerance")  # the row's own (a problem that says 1e-4), else the reward's

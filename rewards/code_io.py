@@ -28,6 +28,7 @@ fallback, which compares each line's tokens as a set, so a wrong order passes.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -210,6 +211,101 @@ def outputs_match(actual: str, expected: str, tolerance: float = FLOAT_TOLERANCE
         for g, w in zip(got, want, strict=True))
 
 
+# ---- what the official checkers give a solution -----------------------------------------------------------------
+
+# The official checkers run a solution after a preamble of imports (APPS: `from typing import List, Tuple`, `from
+# math import sqrt, ...`, `from heapq import *`, `import numpy as np`...; LiveCodeBench: `from typing import *`,
+# `from bisect import *`, `from functools import *`...), so a LeetCode answer annotated `List[int]` without importing
+# typing, or a program calling `sqrt`, runs there. Here the same names are imported for the solution, in the
+# sandbox, only those its code uses and never binds itself (an import costs time: numpy only where `np` is used).
+PRELUDE = """
+import sys, time, itertools, collections, math, fractions, random, heapq, bisect, copy, string, re, functools
+import operator, json, statistics, datetime
+import numpy as np
+from itertools import accumulate, product, permutations, combinations, combinations_with_replacement, chain, groupby
+from itertools import islice, count, cycle, repeat, zip_longest, pairwise, starmap
+from collections import Counter, OrderedDict, deque, defaultdict, ChainMap, namedtuple
+from functools import lru_cache, cache, reduce, cmp_to_key, partial
+from math import sqrt, sin, cos, tan, ceil, fabs, floor, gcd, exp, log, log2, log10, inf, pi, comb, perm, factorial
+from math import isqrt, lcm, hypot, atan2
+from heapq import heappush, heappop, heapify, heapreplace, heappushpop, nlargest, nsmallest, merge
+from bisect import bisect, bisect_left, bisect_right, insort, insort_left, insort_right
+from copy import deepcopy
+from fractions import Fraction
+from typing import List, Tuple, Dict, Set, FrozenSet, Optional, Union, Any, Callable, Iterable, Iterator, Generator
+from typing import Sequence, Deque, DefaultDict
+"""
+
+
+def _prelude_table() -> dict[str, str]:
+    """{name: the import line that binds it} from PRELUDE."""
+    table = {}
+    for node in ast.parse(PRELUDE).body:
+        for alias in node.names:
+            name = alias.asname or alias.name
+            if isinstance(node, ast.ImportFrom):
+                table[name] = f"from {node.module} import {alias.name}"
+            else:
+                table[name] = f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
+    return table
+
+
+_PRELUDE_TABLE = _prelude_table()
+
+
+def _unbound(tree: ast.AST) -> set[str]:
+    """Names the code reads and never binds anywhere (in any scope, by any statement)."""
+    loaded, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+    return loaded - bound
+
+
+def with_prelude(code: str, keep: tuple[str, ...] = ()) -> str:
+    """The code with the official checkers' imports it relies on (PRELUDE) put first: after a docstring and its
+    `from __future__` imports, which must stay first. `keep`: names never bound so (the function the tests call)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code  # it fails on its own
+    lines = sorted({_PRELUDE_TABLE[name] for name in _unbound(tree) - set(keep) if name in _PRELUDE_TABLE})
+    if not lines:
+        return code
+    after = 0
+    for index, node in enumerate(tree.body):
+        docstring = index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and \
+            isinstance(node.value.value, str)
+        if not (docstring or isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            break
+        after = node.end_lineno or after
+    source = code.splitlines(keepends=True)
+    head = "".join(source[:after])
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return head + "; ".join(lines) + "\n" + "".join(source[after:])
+
+
+def solution_class(code: str) -> bool:
+    """Whether the code answers as LeetCode does, with a method of `class Solution:` (APPS and LiveCodeBench then
+    call `Solution().<fn_name>`)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return any(isinstance(node, ast.ClassDef) and node.name == "Solution" for node in tree.body)
+
+
 # ---- call-based cases as tests ---------------------------------------------------------------------------------------
 
 # APPS / TACO call-based expected values are often wrapped in a one-element list, and tuples come back where the
@@ -223,14 +319,33 @@ def _same_result(actual, expected):
     actual = plain(actual)
     return actual == expected or (isinstance(expected, list) and len(expected) == 1 and actual == expected[0])
 '''
+SOLUTION = "__grpo_solution"  # the one `Solution()` of a LeetCode-style answer, made once as APPS makes it
 
 
-def call_tests(fn_name: str, cases: list[dict[str, Any]]) -> tuple[list[str], str]:
-    """Call-based cases as asserts the split verdict runs on the trusted side: (tests, set-up code)."""
+def _int_keys(value: Any) -> Any:
+    """JSON makes every dict key a string: APPS turns a dict argument's / expected value's keys back into ints
+    where they all are."""
+    if isinstance(value, dict):
+        try:
+            return {int(k): v for k, v in value.items()}
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def call_tests(fn_name: str, cases: list[dict[str, Any]], method_of_solution: bool = False) -> tuple[list[str], str]:
+    """Call-based cases as asserts the split verdict runs on the trusted side: (tests, set-up code).
+    `method_of_solution`: the function is a method of the code's `class Solution:` (LeetCode's layout)."""
     if not re.fullmatch(r"[A-Za-z_]\w*", fn_name or ""):
         raise UsageError(f"fn_name {fn_name!r} is not a Python function name.")
+    call = f"{SOLUTION}.{fn_name}" if method_of_solution else fn_name
     tests = []
     for case in cases:
-        args = case["input"] if isinstance(case["input"], list) else [case["input"]]
-        tests.append(f"assert _same_result({fn_name}(*{args!r}), {case['output']!r})")
-    return tests, SAME_RESULT.strip()
+        args = list(case["input"]) if isinstance(case["input"], list) else [case["input"]]
+        if args:
+            args[0] = _int_keys(args[0])
+        expected = case["output"]
+        expected = [_int_keys(expected[0])] if isinstance(expected, list) and len(expected) == 1 and \
+            isinstance(expected[0], dict) else _int_keys(expected)
+        tests.append(f"assert _same_result({call}(*{args!r}), {expected!r})")
+    return tests, SAME_RESULT.strip() + (f"\n{SOLUTION} = Solution()" if method_of_solution else "")

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 from config.errors import UsageError
-from rewards.code_io import call_tests, io_cases, outputs_match
+from rewards.code_io import call_tests, io_cases, outputs_match, solution_class, with_prelude
 
 SAMPLES = [json.loads(line) for line in (ROOT / "examples" / "code_stdio.jsonl").read_text().splitlines()]
 
@@ -131,3 +131,43 @@ def test_call_based_cases_become_trusted_asserts():
     assert same((0, 1), [[0, 1]]) and same([0, 1], [0, 1]) and not same([1, 0], [[0, 1]])
     with pytest.raises(UsageError, match="not a Python function name"):
         call_tests("os.system", [])
+
+
+def test_leetcode_answers_are_called_as_methods_of_one_solution():
+    tests, setup = call_tests("twoSum", [{"input": [[3, 3], 6], "output": [[0, 1]]}], method_of_solution=True)
+    assert tests == ["assert _same_result(__grpo_solution.twoSum(*[[3, 3], 6]), [[0, 1]])"]
+    assert setup.endswith("\n__grpo_solution = Solution()")
+    assert solution_class("class Solution:\n    def f(self):\n        pass")
+    assert not solution_class("def f():\n    class Solution:\n        pass") and not solution_class("def f(:")
+    # JSON's string keys turned back into ints, as APPS does, where they all are
+    assert call_tests("f", [{"input": [{"1": "a"}], "output": {"2": 3}}])[0] == \
+        ["assert _same_result(f(*[{1: 'a'}]), {2: 3})"]
+    assert call_tests("f", [{"input": [{"x": 1}], "output": [{"x": 1}]}])[0] == \
+        ["assert _same_result(f(*[{'x': 1}]), [{'x': 1}])"]
+
+
+# (code, what the prelude puts first): only names the code reads and never binds, after a docstring and
+# `from __future__` imports (which must stay first)
+PRELUDES = [
+    ("x = 1\n", ""),
+    ("def f(a: List[int]) -> int:\n    return sqrt(a[0])\n", "from math import sqrt; from typing import List\n"),
+    ("from math import *\nprint(sqrt(2))\n", "from math import sqrt\n"),  # harmless: its own import runs after
+    ("def sqrt(x):\n    return x\nprint(sqrt(4))\n", ""),
+    ("print(np.zeros(2), deque())\n", "from collections import deque; import numpy as np\n"),
+    ("for heappush in range(3):\n    print(heappush)\n", ""),
+    ("print(undefined_name)\n", ""),
+]
+
+
+@pytest.mark.parametrize("code, first", PRELUDES)
+def test_the_prelude_imports_only_what_the_code_relies_on(code, first):
+    assert with_prelude(code) == first + code
+
+
+def test_the_prelude_comes_after_future_imports():
+    code = '"""Doc."""\nfrom __future__ import annotations\nx: List[int] = []\n'
+    assert with_prelude(code) == '"""Doc."""\nfrom __future__ import annotations\nfrom typing import List\n' \
+        'x: List[int] = []\n'
+    assert with_prelude("f(", ()) == "f("  # unparsable: left to fail on its own
+    assert with_prelude("print(merge([1], [2]))", keep=("merge",)) == "print(merge([1], [2]))"
+    compile(with_prelude(code), "x", "exec")

@@ -50,9 +50,8 @@ def _row(ident: str, inputs: list, outputs: list, **fields) -> dict:
 
 def test_every_layout_maps_to_code_data(rows):
     assert len(rows) == 12
-    stdin = {k for k, r in rows.items() if r["io_cases"]}
     calls = {k for k, r in rows.items() if r["entry_point"]}
-    assert calls == {"square", "pair-sum", "is-palindrome"} and stdin == set(rows) - calls
+    assert calls == {"square", "pair-sum", "is-palindrome"} and all(r["io_cases"] for r in rows.values())
     assert "standard input" in rows["gcd"]["prompt"][0]["content"]
     assert rows["square"]["tests"][0] == "assert _same_result(square(*[2]), [4])"
 
@@ -161,6 +160,59 @@ def test_call_based_problems_use_the_split_verdict(rows):
     values = [v for v, _ in _score(rows, "pair-sum", right, tuple_answer, always_equal)]
     assert values == [1.0, 1.0, 0.0]  # a tuple is the list APPS expects; an object that equals anything never crosses
     assert [v for v, _ in _score(rows, "is-palindrome", "def is_palindrome(s):\n    return s == s[::-1]")] == [1.0]
+
+
+TWO_SUM = _row("two-sum", [[[2, 7, 11, 15], 9], [[3, 2, 4], 6], [[3, 3], 6]], [[[0, 1]], [[1, 2]], [[0, 1]]],
+               io={"fn_name": "twoSum"},
+               starter_code="class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n")
+LEETCODE = """class Solution:
+    def twoSum(self, nums: List[int], target: int) -> List[int]:
+        seen: Dict[int, int] = {}
+        for i, x in enumerate(nums):
+            if target - x in seen:
+                return [seen[target - x], i]
+            seen[x] = i
+"""
+CALLS = [  # (program, score): LeetCode's layout, and the official checkers' imports, as APPS / LiveCodeBench run them
+    (LEETCODE, 1.0),                                                    # List / Dict never imported
+    ("from __future__ import annotations\n" + LEETCODE, 1.0),
+    (LEETCODE.replace("return [seen[target - x], i]", "return (seen[target - x], i)"), 1.0),
+    ("def twoSum(nums: List[int], target: int) -> List[int]:\n"          # a plain function answers too
+     "    return next([i, j] for j in range(len(nums)) for i in range(j) if nums[i] + nums[j] == target)", 1.0),
+    ("class Solution:\n    def __init__(self):\n        self.calls = 0\n"  # one Solution() for every case
+     "    def twoSum(self, nums, target):\n        self.calls += 1\n"
+     "        return [0, 1] if self.calls != 2 else [1, 2]", 1.0),
+    (LEETCODE.replace("return [seen[target - x], i]", "return [i, seen[target - x]]"), 0.0),
+    ("class Solution:\n    def twoSum(self, nums, target):\n        return [1, 0]", 0.0),
+    ("class Solution:\n    def two_sum(self, nums, target):\n        return [0, 1]", 0.0),  # not the method named
+    # the method's answer is data: an object of its own that equals everything, or says yes to anything, fails
+    ("class _Any(list):\n    def __eq__(self, other):\n        return True\n"
+     "class Solution:\n    def twoSum(self, nums, target):\n        return _Any()", 0.0),
+    ("class _Any:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+     "class Solution:\n    def twoSum(self, nums, target):\n        return _Any()", 0.0),
+    ("class Solution:\n    def __eq__(self, other):\n        return True\n"
+     "    def twoSum(self, nums, target):\n        return self", 0.0),
+]
+
+
+def test_leetcode_style_call_based_problems():
+    """`class Solution:` with the method `fn_name` names is called as APPS calls it (one `Solution()`), and a
+    `List[int]` annotation without `from typing import List` runs, as under the official checkers' imports."""
+    assert "class Solution" in TWO_SUM["prompt"][0]["content"]
+    results = _score({"t": TWO_SUM}, "t", *[program for program, _ in CALLS])
+    for (program, expected), (value, details) in zip(CALLS, results, strict=True):
+        assert value == expected, (program, details)
+
+
+def test_a_program_may_use_the_names_the_official_checkers_import():
+    """APPS runs a program after `from math import sqrt, ...`, `from collections import ...`, `from heapq import *`:
+    a program that relies on them scores there, so it scores here; a name nobody imports still fails."""
+    row = _row("hyp", ["3 4\n", "5 12\n"], ["5\n", "13\n"])
+    right = "a, b = map(int, input().split())\nprint(isqrt(a * a + b * b))"
+    also = "a, b = map(int, input().split())\nh = []\nheappush(h, int(sqrt(a * a + b * b)))\nprint(heappop(h))"
+    local = "def isqrt(n):\n    return 0\na, b = map(int, input().split())\nprint(isqrt(a * a + b * b))"  # its own
+    unknown = "a, b = map(int, input().split())\nprint(hypotenuse(a, b))"
+    assert [v for v, _ in _score({"h": row}, "h", right, also, local, unknown)] == [1.0, 1.0, 0.0, 0.0]
 
 
 def test_a_hostile_program_costs_at_most_its_time_limit(rows):
