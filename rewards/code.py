@@ -10,7 +10,7 @@ layouts"): every top-level statement that holds a check (an assert, a raise-styl
 tests' own checking helper, a library's assert, `pytest.raises`) is one test; a `def` or `class` is set-up (defining
 a function checks nothing), and each pytest test function (parametrize cases expanded, fixtures of the tests
 provided), test class method or unittest.TestCase method becomes a test that calls it; `if __name__ == "__main__":`
-bodies run in place. A `check(candidate)` is unrolled with `candidate = <entry_point>` (else the function its
+bodies run in place; `from solution import f` (KodCode) takes the completion's `f`. A `check(candidate)` is unrolled with `candidate = <entry_point>` (else the function its
 `check(f)` call or the prompt names), so partial credit counts its assertions one by one. `assert True`
 placeholders are not counted. A test passes only when it raised nothing and at least one of its checks ran and held
 (counted on the trusted side); a set-up step that raises fails the row; tests the reward cannot run (a fixture it
@@ -788,9 +788,10 @@ class approx:
 """
 
 
-def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
+def _trusted_namespace(sink: list[str], modules: dict[str, types.ModuleType] | None = None) -> dict[str, Any]:
     """Where the tests run, in this process: builtins whose `print` writes to the job's log and whose `random`
-    import is a private generator (a test's `random.seed` or `randint` leaves the trainer's random state alone)."""
+    import is a private generator (a test's `random.seed` or `randint` leaves the trainer's random state alone);
+    `modules`: what an import of those names gives (`solution`: the code's functions as proxies)."""
     own = dict(vars(builtins))
     private_random = types.ModuleType("random")
     generator = random.Random(0)
@@ -807,6 +808,8 @@ def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
             return private_random
         if name == "pytest":
             return shim
+        if modules and name in modules and not level:
+            return modules[name]
         return real_import(name, globals, locals, fromlist, level)
 
     def _print(*args, sep=" ", end="\n", **_):
@@ -868,17 +871,57 @@ def _called(steps: list[tuple[str, str]]) -> set[str]:
     return names
 
 
+SOLUTION_MODULE = "solution"  # what tests import the completion as (KodCode's pytest rows: `from solution import f`)
+
+
+def _from_solution(steps: list[tuple[str, str]]) -> tuple[list[str], bool]:
+    """The names the tests take from the completion as a module: `from solution import f, g as h` (f, g), and the
+    attributes they read of `import solution [as s]` (`s.f`); and whether they import all of it (`import *`)."""
+    names: list[str] = []
+    star = False
+    for tree in _step_trees(steps):
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == SOLUTION_MODULE and not node.level:
+                names += [a.name for a in node.names if a.name != "*"]
+                star = star or any(a.name == "*" for a in node.names)
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname or a.name for a in node.names if a.name == SOLUTION_MODULE}
+        names += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id in modules]
+    return list(dict.fromkeys(names)), star
+
+
+def _used_as_class(name: str, steps: list[tuple[str, str]]) -> bool:
+    """Whether the tests treat `name` as a class: spelled as one (CapWords, PEP 8) or used as one (`isinstance(x,
+    name)`). Any other name the tests call expects a function, and a class of the code's there answers nothing (its
+    instance's `startswith` / `count` could say yes to whatever a test asks of a returned value)."""
+    if name[:1].isupper():
+        return True
+    for tree in _step_trees(steps):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _name_of(node) == "isinstance" and len(node.args) == 2:
+                second = node.args[1]
+                if any(isinstance(k, ast.Name) and k.id == name
+                       for k in (second.elts if isinstance(second, ast.Tuple) else [second])):
+                    return True
+    return False
+
+
 def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str, deadline: float,
           log: list[str], code: str = "", prompt: str = "") -> tuple[dict[int, bool], list[int], int]:
     """Run the tests here, with the completion's function(s) bound to a Proxy of its sandboxed process: ({step:
     passed}, [test steps that could not run: they failed], calls made). The expected values never leave this
     process, and only trusted objects judge: every name the tests use comes from the tests, the prompt (when it is
     code), this process's own imports (a module the code imports is imported again here, under the same alias) or
-    is the code's function: the entry point, else (no entry point) a function or class the tests call by name. An
-    entry point, or a name the prompt (`prompt`, code or text) declares with `def`, must be a function in the code:
-    a class or an object there is not bound (its tests fail). Methods are asked only of objects the tests make from
-    the code's class."""
-    namespace = _trusted_namespace(log)
+    is the code's function: the entry point, else (no entry point) a function or class the tests call by name, and
+    what the tests import from `solution` (the completion as a module). A class is bound only where the tests expect
+    one (`_used_as_class`, or the prompt declares it with `class`); an entry point, a name the prompt (`prompt`, code
+    or text) declares with `def`, and any other name the tests call must be a function in the code: a class or an
+    object there is not bound (its tests fail). Methods are asked only of objects the tests make from the code's
+    class."""
+    solution = types.ModuleType(SOLUTION_MODULE)  # `from solution import f`: the code's functions, as proxies
+    namespace = _trusted_namespace(log, {SOLUTION_MODULE: solution})
     if trusted_prefix:
         try:  # the dataset's own prompt (helpers such as HumanEval's `poly`): trusted, and it wins over the code's
             exec(compile(trusted_prefix, "prompt.py", "exec"), namespace)
@@ -899,12 +942,15 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
                 pass
     functions = set(re.findall(r"\bdef\s+([A-Za-z_]\w*)\s*\(", prompt or ""))
     classes = set(re.findall(r"\bclass\s+([A-Za-z_]\w*)\b", prompt or ""))
+    imported, star = _from_solution(steps)  # named by the tests' own imports: the code's, whatever else binds them
     if entry:
         functions |= {entry} - classes
         wanted = [entry]
-    else:
+    if not entry or star:  # `from solution import *` hands the tests every name of the code's they call
         called = _called(steps)
         wanted = [n for n in free if n in called and n not in namespace and n not in vars(builtins)]
+        wanted = [entry] + [n for n in wanted if n != entry] if entry else wanted
+    wanted += [name for name in imported if name not in wanted]
     calls = [0]
     remote = _Remote(session, deadline, calls)
     described = session.names(wanted) if wanted else {}
@@ -913,11 +959,16 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         if type(found) is not list or not found or type(found[0]) is not str:
             continue
         if found[0] == "call":
-            namespace[name] = Proxy(remote, name)
-        elif found[0] == "class" and name not in functions:
-            namespace[name] = Proxy(remote, name, is_class=True)
-        else:  # data or an object of the code's, or a class where a function is asked for: it answers nothing
+            proxy = Proxy(remote, name)
+        elif found[0] == "class" and name not in functions and (name in classes or _used_as_class(name, steps)):
+            proxy = Proxy(remote, name, is_class=True)
+        else:  # data or an object of the code's, or a class where a function is expected: it answers nothing
             log.append(f"'{name}' is not a function in the code ({str(found[0])[:20]})")
+            continue
+        if name in imported:
+            setattr(solution, name, proxy)
+        if name == entry or name not in imported or name in free:
+            namespace[name] = proxy
     results: dict[int, bool] = {}
     unsplit: list[int] = []
     helpers = _helpers(steps)
