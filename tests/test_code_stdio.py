@@ -215,6 +215,23 @@ def test_a_program_may_use_the_names_the_official_checkers_import():
     assert [v for v, _ in _score({"h": row}, "h", right, also, local, unknown)] == [1.0, 1.0, 0.0, 0.0]
 
 
+def test_score_completions_gives_the_same_scores(cli, tmp_path):
+    """The preview people run on their data scores as the reward does: the integer hack 0, a LeetCode answer 1."""
+    square = {"question": "Print n * n + 1.", "input_output": json.dumps({"inputs": ["1000\n", "3\n"],
+                                                                          "outputs": ["1000001\n", "10\n"]}),
+              "completions": [f"```python\n{p}\n```" for p in ("n = int(input())\nprint('%.6e' % (n * n))",
+                                                                 "n = int(input())\nprint(n * n + 1)")]}
+    two_sum = {"question": "Two sum.", "input_output": json.dumps({"fn_name": "twoSum", "inputs": [[[3, 2, 4], 6]],
+                                                                     "outputs": [[[1, 2]]]}),
+               "completions": [f"```python\n{LEETCODE}```"]}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(square) + "\n" + json.dumps(two_sum) + "\n")
+    code, out, err = cli("--score-completions", str(path))
+    assert code == 0, err
+    results = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [r["total"] for r in results] == [[0.0, 1.0], [1.0]]
+
+
 def test_a_hostile_program_costs_at_most_its_time_limit(rows):
     started = time.monotonic()
     (value, details), = _score(rows, "gcd", "while True:\n    pass", timeout=3.0)
