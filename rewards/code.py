@@ -1150,7 +1150,9 @@ class CodeExecution(RewardComponent):
                              f"{self.workers}.")
         if self.memory_mb < 64:
             raise UsageError(f"{source}: 'code_execution.memory_mb' must be 64 or more (MiB), not {self.memory_mb}.")
-        check_tolerance(self.float_tolerance, f"{source}: 'code_execution'")
+        if check_tolerance(self.float_tolerance, f"{source}: 'code_execution'") is None:
+            raise UsageError(f"{source}: 'code_execution.float_tolerance' must be a number in [0, 1) (e.g. 1e-6), "
+                             f"not {self.float_tolerance!r}.")
         if self.sandbox_url and not re.match(r"https?://[^/\s]+", self.sandbox_url):
             raise UsageError(f"{source}: 'code_execution.sandbox_url' must be an http(s):// URL of a SandboxFusion "
                              f"server, not {self.sandbox_url!r}.")

@@ -105,8 +105,9 @@ def test_a_row_or_the_reward_states_the_float_tolerance(rows):
     nine = "n = int(input())\nprint('%.7f' % (1 / n))"                     # 0.3333333: 3.3e-8 off
     tight = _row("third-tight", ["3\n"], ["0.3333333333\n"], float_tolerance=1e-9)
     assert [v for v, _ in _score({"t": tight}, "t", nine, float_tolerance=1e-3)] == [0.0]  # the row's wins
-    with pytest.raises(UsageError, match="'float_tolerance' must be a number in"):
-        CodeExecution(float_tolerance=2.0).check("the reward config")
+    for bad in (2.0, None, "tight"):
+        with pytest.raises(UsageError, match="the reward config: 'code_execution.*float_tolerance' must be a number in"):
+            CodeExecution(float_tolerance=bad).check("the reward config")
 
 
 FACTORIAL = _row("factorial", ["5\n", "20\n"], ["120\n", "2432902008176640000\n"])
