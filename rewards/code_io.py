@@ -232,6 +232,10 @@ from heapq import heappush, heappop, heapify, heapreplace, heappushpop, nlargest
 from bisect import bisect, bisect_left, bisect_right, insort, insort_left, insort_right
 from copy import deepcopy
 from fractions import Fraction
+from sys import stdin, stdout, setrecursionlimit, maxsize
+from string import ascii_lowercase, ascii_uppercase, ascii_letters, digits
+from operator import itemgetter, attrgetter
+from statistics import mean, median
 from typing import List, Tuple, Dict, Set, FrozenSet, Optional, Union, Any, Callable, Iterable, Iterator, Generator
 from typing import Sequence, Deque, DefaultDict
 """

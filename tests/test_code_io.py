@@ -156,6 +156,7 @@ PRELUDES = [
     ("print(np.zeros(2), deque())\n", "from collections import deque; import numpy as np\n"),
     ("for heappush in range(3):\n    print(heappush)\n", ""),
     ("print(undefined_name)\n", ""),
+    ("n = int(stdin.readline())\n", "from sys import stdin\n"),  # APPS binds stdin = sys.stdin
 ]
 
 

@@ -213,7 +213,8 @@ def test_a_program_may_use_the_names_the_official_checkers_import():
     also = "a, b = map(int, input().split())\nh = []\nheappush(h, int(sqrt(a * a + b * b)))\nprint(heappop(h))"
     local = "def isqrt(n):\n    return 0\na, b = map(int, input().split())\nprint(isqrt(a * a + b * b))"  # its own
     unknown = "a, b = map(int, input().split())\nprint(hypotenuse(a, b))"
-    assert [v for v, _ in _score({"h": row}, "h", right, also, local, unknown)] == [1.0, 1.0, 0.0, 0.0]
+    numpy = "a, b = map(int, stdin.readline().split())\nprint(int(np.hypot(a, b)))"  # APPS: np, stdin = sys.stdin
+    assert [v for v, _ in _score({"h": row}, "h", right, also, local, unknown, numpy)] == [1.0, 1.0, 0.0, 0.0, 1.0]
 
 
 def test_score_completions_gives_the_same_scores(cli, tmp_path):
