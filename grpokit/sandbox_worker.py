@@ -656,8 +656,8 @@ def _child(header, fds, workdir, report_fd=-1):
 
         traceback.print_exc()
         code = 1
-    if header["kind"] != "serve":  # a program's threads end before its output is read (a served module's are not
-        _join_threads()             # waited for: the tests are done with it)
+    if header["kind"] != "serve":  # a served module's threads are not waited for: the tests are done with it
+        _join_threads()
     try:
         if watch and watch[0]:
             watch[0]()

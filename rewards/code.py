@@ -5,16 +5,16 @@ The tests, from the row's columns (the first present wins):
   * `test_list` (MBPP): a list of assert strings, with `test_setup_code` / `test_imports` run before them;
   * `test` + `entry_point` (HumanEval): a `def check(candidate): assert ...` function.
 
-Each snippet is split with `ast` into steps, run as its framework would run it (docs/code-tasks.md, "Test
-layouts"): every top-level statement that holds a check (an assert, a raise-style `if ...: raise`, a call of the
-tests' own checking helper, a library's assert, `pytest.raises`) is one test; a `def` or `class` is set-up (defining
-a function checks nothing), and each pytest test function (parametrize cases expanded, fixtures of the tests
-provided), test class method or unittest.TestCase method becomes a test that calls it; `if __name__ == "__main__":`
-bodies run in place; `from solution import f` (KodCode) takes the completion's `f`. A `check(candidate)` is unrolled with `candidate = <entry_point>` (else the function its
-`check(f)` call or the prompt names), so partial credit counts its assertions one by one. `assert True`
-placeholders are not counted. A test passes only when it raised nothing and at least one of its checks ran and held
-(counted on the trusted side); a set-up step that raises fails the row; tests the reward cannot run (a fixture it
-cannot provide, no check at all) are refused (LayoutError, a UsageError) at the first row.
+Each snippet is split with `ast` into steps, run as its framework would run it (docs/code-tasks.md, "Test layouts"):
+every top-level statement that holds a check (an assert, a raise-style `if ...: raise`, a call of the tests' own
+checking helper, a library's assert, `pytest.raises`) is one test; a `def` or `class` is set-up (defining a function
+checks nothing), and each pytest test function (parametrize cases expanded, fixtures of the tests provided), test class
+method or unittest.TestCase method becomes a test that calls it; `if __name__ == "__main__":` bodies run in place;
+`from solution import f` (KodCode) takes the completion's `f`. A `check(candidate)` is unrolled with `candidate =
+<entry_point>` (else the function its `check(f)` call or the prompt names), so partial credit counts its assertions one
+by one. `assert True` placeholders are not counted. A test passes only when it raised nothing and at least one of its
+checks ran and held (counted on the trusted side); a set-up step that raises fails the row; tests the reward cannot run
+(a fixture it cannot provide, no check at all) are refused (LayoutError, a UsageError) at the first row.
 
 Where the verdict is decided: the completion's code is loaded in a sandboxed process (grpokit/sandbox.py) that only
 answers calls. The tests run here, in a helper process of the trainer's, with the code's function(s) bound to a
@@ -1221,7 +1221,7 @@ class CodeExecution(RewardComponent):
         code, official = None, False
         if io is not None and io.get("fn_name"):  # call-based cases: asserts on the function's answers
             code, official = extract_code(text, io["fn_name"]), True
-            leetcode = solution_class(code)  # LeetCode's layout: a method of `class Solution:`, called as APPS calls it
+            leetcode = solution_class(code)  # LeetCode's layout: a method of `class Solution:`, as APPS calls it
             tests, setup = call_tests(io["fn_name"], io["cases"], leetcode)
             entry, prefix = ("" if leetcode else io["fn_name"]), ""
         elif io is not None:

@@ -106,7 +106,7 @@ def test_a_row_or_the_reward_states_the_float_tolerance(rows):
     tight = _row("third-tight", ["3\n"], ["0.3333333333\n"], float_tolerance=1e-9)
     assert [v for v, _ in _score({"t": tight}, "t", nine, float_tolerance=1e-3)] == [0.0]  # the row's wins
     for bad in (2.0, None, "tight"):
-        with pytest.raises(UsageError, match="the reward config: 'code_execution.*float_tolerance' must be a number in"):
+        with pytest.raises(UsageError, match="reward config: 'code_execution.*float_tolerance' must be a number in"):
             CodeExecution(float_tolerance=bad).check("the reward config")
 
 
