@@ -469,9 +469,10 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
         io = json.loads(row["io_cases"])
         mapped = {"id": str(row.get("id") or _stable_id(json.dumps(prompt))), "prompt": prompt, "tests": [],
                   "test_setup_code": "", "entry_point": "", "code_prompt": "", "io_cases": row["io_cases"]}
-        if io["fn_name"]:  # call-based: asserts the split verdict runs, as for any function task
+        if io["fn_name"]:  # call-based: asserts the split verdict runs, as for any function task (the reward makes
+            # them anew from `io_cases` once it sees the answer: a LeetCode `class Solution:` is called as APPS does)
             mapped["tests"], mapped["test_setup_code"] = call_tests(io["fn_name"], io["cases"])
-            mapped.update(entry_point=io["fn_name"], io_cases="")
+            mapped["entry_point"] = io["fn_name"]
         return mapped, None
 
     def fmt_prompt(row: Row) -> Mapped:

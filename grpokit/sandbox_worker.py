@@ -580,6 +580,32 @@ def install_monitor(report_fd):
     return changed
 
 
+class _Quitter:
+    """`exit()` / `quit()` as `site` defines them (the sandbox's interpreter runs with -S, without `site`): they end
+    the program as `sys.exit` does, its output kept."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"Use {self.name}() or Ctrl-D (i.e. EOF) to exit"
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+
+def _join_threads():
+    """Wait for the program's threads as an interpreter does at its exit (the common idiom runs `main` in a
+    `threading.Thread` with a bigger stack, and returns at once): its output is read after they end, or at the job's
+    deadline."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:  # the program's own threading state: whatever it did, the job still ends
+            pass
+
+
 def _child(header, fds, workdir, report_fd=-1):
     """In the forked child: the job's pipes on fds 0-3, limits, a clean environment, then the job."""
     import ctypes
@@ -608,6 +634,9 @@ def _child(header, fds, workdir, report_fd=-1):
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
     sys.argv = ["main.py"]
+    import builtins
+
+    builtins.exit, builtins.quit = _Quitter("exit"), _Quitter("quit")  # before the monitor's baseline of builtins
     code = 0
     watch = [None] if report_fd >= 0 else []  # install_monitor's check of rebound builtins, once it is installed
     try:
@@ -627,6 +656,8 @@ def _child(header, fds, workdir, report_fd=-1):
 
         traceback.print_exc()
         code = 1
+    if header["kind"] != "serve":  # a served module's threads are not waited for: the tests are done with it
+        _join_threads()
     try:
         if watch and watch[0]:
             watch[0]()

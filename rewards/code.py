@@ -5,16 +5,16 @@ The tests, from the row's columns (the first present wins):
   * `test_list` (MBPP): a list of assert strings, with `test_setup_code` / `test_imports` run before them;
   * `test` + `entry_point` (HumanEval): a `def check(candidate): assert ...` function.
 
-Each snippet is split with `ast` into steps, run as its framework would run it (docs/code-tasks.md, "Test
-layouts"): every top-level statement that holds a check (an assert, a raise-style `if ...: raise`, a call of the
-tests' own checking helper, a library's assert, `pytest.raises`) is one test; a `def` or `class` is set-up (defining
-a function checks nothing), and each pytest test function (parametrize cases expanded, fixtures of the tests
-provided), test class method or unittest.TestCase method becomes a test that calls it; `if __name__ == "__main__":`
-bodies run in place. A `check(candidate)` is unrolled with `candidate = <entry_point>` (else the function its
-`check(f)` call or the prompt names), so partial credit counts its assertions one by one. `assert True`
-placeholders are not counted. A test passes only when it raised nothing and at least one of its checks ran and held
-(counted on the trusted side); a set-up step that raises fails the row; tests the reward cannot run (a fixture it
-cannot provide, no check at all) are refused (LayoutError, a UsageError) at the first row.
+Each snippet is split with `ast` into steps, run as its framework would run it (docs/code-tasks.md, "Test layouts"):
+every top-level statement that holds a check (an assert, a raise-style `if ...: raise`, a call of the tests' own
+checking helper, a library's assert, `pytest.raises`) is one test; a `def` or `class` is set-up (defining a function
+checks nothing), and each pytest test function (parametrize cases expanded, fixtures of the tests provided), test class
+method or unittest.TestCase method becomes a test that calls it; `if __name__ == "__main__":` bodies run in place;
+`from solution import f` (KodCode) takes the completion's `f`. A `check(candidate)` is unrolled with `candidate =
+<entry_point>` (else the function its `check(f)` call or the prompt names), so partial credit counts its assertions one
+by one. `assert True` placeholders are not counted. A test passes only when it raised nothing and at least one of its
+checks ran and held (counted on the trusted side); a set-up step that raises fails the row; tests the reward cannot run
+(a fixture it cannot provide, no check at all) are refused (LayoutError, a UsageError) at the first row.
 
 Where the verdict is decided: the completion's code is loaded in a sandboxed process (grpokit/sandbox.py) that only
 answers calls. The tests run here, in a helper process of the trainer's, with the code's function(s) bound to a
@@ -50,7 +50,15 @@ from config.errors import UsageError
 from grpokit.sandbox import SandboxError
 from rewards import code_monitor
 from rewards.base import RewardComponent
-from rewards.code_io import DEFAULT_CASE_SECONDS, outputs_match
+from rewards.code_io import (
+    DEFAULT_CASE_SECONDS,
+    FLOAT_TOLERANCE,
+    call_tests,
+    check_tolerance,
+    outputs_match,
+    solution_class,
+    with_prelude,
+)
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -780,9 +788,10 @@ class approx:
 """
 
 
-def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
+def _trusted_namespace(sink: list[str], modules: dict[str, types.ModuleType] | None = None) -> dict[str, Any]:
     """Where the tests run, in this process: builtins whose `print` writes to the job's log and whose `random`
-    import is a private generator (a test's `random.seed` or `randint` leaves the trainer's random state alone)."""
+    import is a private generator (a test's `random.seed` or `randint` leaves the trainer's random state alone);
+    `modules`: what an import of those names gives (`solution`: the code's functions as proxies)."""
     own = dict(vars(builtins))
     private_random = types.ModuleType("random")
     generator = random.Random(0)
@@ -799,6 +808,8 @@ def _trusted_namespace(sink: list[str]) -> dict[str, Any]:
             return private_random
         if name == "pytest":
             return shim
+        if modules and name in modules and not level:
+            return modules[name]
         return real_import(name, globals, locals, fromlist, level)
 
     def _print(*args, sep=" ", end="\n", **_):
@@ -860,17 +871,57 @@ def _called(steps: list[tuple[str, str]]) -> set[str]:
     return names
 
 
+SOLUTION_MODULE = "solution"  # what tests import the completion as (KodCode's pytest rows: `from solution import f`)
+
+
+def _from_solution(steps: list[tuple[str, str]]) -> tuple[list[str], bool]:
+    """The names the tests take from the completion as a module: `from solution import f, g as h` (f, g), and the
+    attributes they read of `import solution [as s]` (`s.f`); and whether they import all of it (`import *`)."""
+    names: list[str] = []
+    star = False
+    for tree in _step_trees(steps):
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == SOLUTION_MODULE and not node.level:
+                names += [a.name for a in node.names if a.name != "*"]
+                star = star or any(a.name == "*" for a in node.names)
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname or a.name for a in node.names if a.name == SOLUTION_MODULE}
+        names += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id in modules]
+    return list(dict.fromkeys(names)), star
+
+
+def _used_as_class(name: str, steps: list[tuple[str, str]]) -> bool:
+    """Whether the tests treat `name` as a class: spelled as one (CapWords, PEP 8) or used as one (`isinstance(x,
+    name)`). Any other name the tests call expects a function, and a class of the code's there answers nothing (its
+    instance's `startswith` / `count` could say yes to whatever a test asks of a returned value)."""
+    if name[:1].isupper():
+        return True
+    for tree in _step_trees(steps):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _name_of(node) == "isinstance" and len(node.args) == 2:
+                second = node.args[1]
+                if any(isinstance(k, ast.Name) and k.id == name
+                       for k in (second.elts if isinstance(second, ast.Tuple) else [second])):
+                    return True
+    return False
+
+
 def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str, deadline: float,
           log: list[str], code: str = "", prompt: str = "") -> tuple[dict[int, bool], list[int], int]:
     """Run the tests here, with the completion's function(s) bound to a Proxy of its sandboxed process: ({step:
     passed}, [test steps that could not run: they failed], calls made). The expected values never leave this
     process, and only trusted objects judge: every name the tests use comes from the tests, the prompt (when it is
     code), this process's own imports (a module the code imports is imported again here, under the same alias) or
-    is the code's function: the entry point, else (no entry point) a function or class the tests call by name. An
-    entry point, or a name the prompt (`prompt`, code or text) declares with `def`, must be a function in the code:
-    a class or an object there is not bound (its tests fail). Methods are asked only of objects the tests make from
-    the code's class."""
-    namespace = _trusted_namespace(log)
+    is the code's function: the entry point, else (no entry point) a function or class the tests call by name, and
+    what the tests import from `solution` (the completion as a module). A class is bound only where the tests expect
+    one (`_used_as_class`, or the prompt declares it with `class`); an entry point, a name the prompt (`prompt`, code
+    or text) declares with `def`, and any other name the tests call must be a function in the code: a class or an
+    object there is not bound (its tests fail). Methods are asked only of objects the tests make from the code's
+    class."""
+    solution = types.ModuleType(SOLUTION_MODULE)  # `from solution import f`: the code's functions, as proxies
+    namespace = _trusted_namespace(log, {SOLUTION_MODULE: solution})
     if trusted_prefix:
         try:  # the dataset's own prompt (helpers such as HumanEval's `poly`): trusted, and it wins over the code's
             exec(compile(trusted_prefix, "prompt.py", "exec"), namespace)
@@ -891,12 +942,15 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
                 pass
     functions = set(re.findall(r"\bdef\s+([A-Za-z_]\w*)\s*\(", prompt or ""))
     classes = set(re.findall(r"\bclass\s+([A-Za-z_]\w*)\b", prompt or ""))
+    imported, star = _from_solution(steps)  # named by the tests' own imports: the code's, whatever else binds them
     if entry:
         functions |= {entry} - classes
         wanted = [entry]
-    else:
+    if not entry or star:  # `from solution import *` hands the tests every name of the code's they call
         called = _called(steps)
         wanted = [n for n in free if n in called and n not in namespace and n not in vars(builtins)]
+        wanted = [entry] + [n for n in wanted if n != entry] if entry else wanted
+    wanted += [name for name in imported if name not in wanted]
     calls = [0]
     remote = _Remote(session, deadline, calls)
     described = session.names(wanted) if wanted else {}
@@ -905,11 +959,16 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         if type(found) is not list or not found or type(found[0]) is not str:
             continue
         if found[0] == "call":
-            namespace[name] = Proxy(remote, name)
-        elif found[0] == "class" and name not in functions:
-            namespace[name] = Proxy(remote, name, is_class=True)
-        else:  # data or an object of the code's, or a class where a function is asked for: it answers nothing
+            proxy = Proxy(remote, name)
+        elif found[0] == "class" and name not in functions and (name in classes or _used_as_class(name, steps)):
+            proxy = Proxy(remote, name, is_class=True)
+        else:  # data or an object of the code's, or a class where a function is expected: it answers nothing
             log.append(f"'{name}' is not a function in the code ({str(found[0])[:20]})")
+            continue
+        if name in imported:
+            setattr(solution, name, proxy)
+        if name == entry or name not in imported or name in free:
+            namespace[name] = proxy
     results: dict[int, bool] = {}
     unsplit: list[int] = []
     helpers = _helpers(steps)
@@ -1059,7 +1118,8 @@ class CodeExecution(RewardComponent):
     SandboxFusion service instead (the whole program runs there, verdict included: the split verdict needs the
     local sandbox). Per completion, `last_details` keeps passed / total / status / suspected / stderr tail of the
     latest call; `last_metrics` the call's code/hack_suspected (share of completions flagged) and
-    code/unsplit_tests.
+    code/unsplit_tests. `float_tolerance`: the absolute or relative error a standard-output answer that is not an
+    integer may have, where the row states none (its `float_tolerance`); integers are always exact.
 
     Example: tests ["assert add(1, 2) == 3", "assert add(0, 0) == 0"], completion
     "```python\\ndef add(a, b):\\n    return a + b\\n```" -> 1.0; "def add(a, b): return 3" -> 0.5
@@ -1074,6 +1134,7 @@ class CodeExecution(RewardComponent):
     sandbox_url: str = ""
     zero_suspected: bool = False
     require_sandbox: bool = False
+    float_tolerance: float = FLOAT_TOLERANCE
 
     def __post_init__(self):
         self.last_details: list[dict[str, Any]] = []
@@ -1089,6 +1150,9 @@ class CodeExecution(RewardComponent):
                              f"{self.workers}.")
         if self.memory_mb < 64:
             raise UsageError(f"{source}: 'code_execution.memory_mb' must be 64 or more (MiB), not {self.memory_mb}.")
+        if check_tolerance(self.float_tolerance, f"{source}: 'code_execution'") is None:
+            raise UsageError(f"{source}: 'code_execution.float_tolerance' must be a number in [0, 1) (e.g. 1e-6), "
+                             f"not {self.float_tolerance!r}.")
         if self.sandbox_url and not re.match(r"https?://[^/\s]+", self.sandbox_url):
             raise UsageError(f"{source}: 'code_execution.sandbox_url' must be an http(s):// URL of a SandboxFusion "
                              f"server, not {self.sandbox_url!r}.")
@@ -1154,7 +1218,13 @@ class CodeExecution(RewardComponent):
              named_by: str = "", io: dict | None = None) -> tuple[float | None, dict]:
         details: dict[str, Any] = {"passed": 0, "total": 0, "status": "", "stderr": "", "suspected": [],
                                    "unsplit": 0}
-        if io is not None:
+        code, official = None, False
+        if io is not None and io.get("fn_name"):  # call-based cases: asserts on the function's answers
+            code, official = extract_code(text, io["fn_name"]), True
+            leetcode = solution_class(code)  # LeetCode's layout: a method of `class Solution:`, as APPS calls it
+            tests, setup = call_tests(io["fn_name"], io["cases"], leetcode)
+            entry, prefix = ("" if leetcode else io["fn_name"]), ""
+        elif io is not None:
             return self._one_io(text, io, details)
         try:
             steps = split_tests(tests, entry or "", setup, named_by)
@@ -1166,12 +1236,14 @@ class CodeExecution(RewardComponent):
             entry = named[-1] if named and named[-1] in _free_names(steps) else ""
         if total == 0:
             return None, {**details, "status": "no tests"}
-        code = extract_code(text, entry or "")
+        code = extract_code(text, entry or "") if code is None else code
         if not code.strip():
             return 0.0, {**details, "status": "no code"}
         details["suspected"] = code_monitor.scan(code, entry or "")
         if prefix:
             code = prefix + ("" if prefix.endswith("\n") else "\n") + code
+        if official:  # the imports the official checkers give call-based answers (code_io.PRELUDE)
+            code = with_prelude(code, keep=(io["fn_name"], "Solution"))
         try:
             ast.parse(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
@@ -1202,7 +1274,9 @@ class CodeExecution(RewardComponent):
         case's input, in the sandbox, and only its standard output comes back; this process compares it with the
         expected output. Each case gets the row's time limit (x2: contest limits are set for C++; else
         code_io.DEFAULT_CASE_SECONDS), all of them together at most `timeout`: a hostile completion costs the step
-        no more. A case past its limit, and every case after it, fails; a crash (non-zero exit) fails its case."""
+        no more. A case past its limit, and every case after it, fails; a crash (non-zero exit) fails its case.
+        Outputs compare as code_io.outputs_match says, non-integers within the row's `float_tolerance`, else the
+        reward's."""
         from grpokit import sandbox
 
         cases = io["cases"]
@@ -1215,8 +1289,11 @@ class CodeExecution(RewardComponent):
             ast.parse(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
             return 0.0, {**details, "status": "syntax error", "stderr": clean_tail(f"{type(err).__name__}: {err}")}
+        code = with_prelude(code)  # the imports the official checkers give a program (code_io.PRELUDE)
         run = sandbox.SandboxFusion(self.sandbox_url).run_python if self.sandbox_url else sandbox.run_python
         per_case = min(self.timeout, 2 * io["time_limit"] if io.get("time_limit") else DEFAULT_CASE_SECONDS)
+        stated = io.get("float_tolerance")  # the row's own (a problem that says 1e-4), else the reward's
+        tolerance = float(stated) if isinstance(stated, int | float) and 0 <= stated < 1 else self.float_tolerance
         deadline, passed, status, stderr = time.monotonic() + self.timeout, 0, "", ""
         for number, case in enumerate(cases, 1):
             left = deadline - time.monotonic()
@@ -1234,7 +1311,7 @@ class CodeExecution(RewardComponent):
                 status = f"time limit on case {number} of {len(cases)}"
                 break
             ok = execution.returncode == 0 and not execution.truncated and \
-                outputs_match(execution.stdout, case["output"])
+                outputs_match(execution.stdout, case["output"], tolerance)
             passed += ok
             if not ok and not stderr:
                 stderr = execution.stderr or f"case {number}: wrong output"

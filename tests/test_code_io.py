@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 from config.errors import UsageError
-from rewards.code_io import call_tests, io_cases, outputs_match
+from rewards.code_io import call_tests, io_cases, outputs_match, solution_class, with_prelude
 
 SAMPLES = [json.loads(line) for line in (ROOT / "examples" / "code_stdio.jsonl").read_text().splitlines()]
 
@@ -75,12 +75,51 @@ OUTPUTS = [
     ("", "0\n", False),
     ("", "", True),
     ("3\n4\n", "3\n", False),                  # extra output
+    # an expected integer is exact: its value spelled as a decimal passes, nothing within a tolerance does
+    ("1000000007.0\n", "1000000007\n", True),
+    ("1000000008.0\n", "1000000007\n", False),  # off by one mod 1e9+7, printed with .0
+    ("1.000000e+06\n", "1000001\n", False),     # '%.6e' % (n * n) for n * n + 1
+    ("1.000001e+06\n", "1000001\n", True),      # the same value in an exponent: exact
+    ("3.0000001\n", "3\n", False),
+    ("1000000000000000008.0\n", "1000000000000000007\n", False),  # equal as floats, not as numbers
+    ("007\n", "7\n", False),                     # another integer spelling is another token
+    ("+7\n", "7\n", False),
+    ("1e99999999999999999999\n", "7\n", False),  # past Decimal's range: no crash, no pass
+    ("0.5 1.0000000001 7.0\n", "0.5 1 7\n", False),
+    ("0.5 1.0 7.0\n", "0.5 1 7\n", True),
 ]
 
 
 @pytest.mark.parametrize("actual, expected, same", OUTPUTS)
 def test_outputs_compare_as_a_judge_would(actual, expected, same):
     assert outputs_match(actual, expected) is same
+
+
+# (actual, expected, tolerance, same): a tolerance a row states replaces 1e-6, for non-integers only
+TOLERANCES = [
+    ("0.3334\n", "0.33333333\n", 1e-4, True),
+    ("0.3334\n", "0.33333333\n", 1e-6, False),
+    ("0.333333333\n", "0.3333333333\n", 1e-9, True),
+    ("0.3333333\n", "0.3333333333\n", 1e-9, False),
+    ("2.5\n", "2.5000\n", 0.0, True),            # the same value, other digits: equal at any tolerance
+    ("8.0\n", "7\n", 0.5, False),                 # an integer answer is exact whatever the row says
+    ("7.4\n", "7\n", 0.5, False),
+]
+
+
+@pytest.mark.parametrize("actual, expected, tolerance, same", TOLERANCES)
+def test_a_stated_tolerance_applies_to_non_integers_only(actual, expected, tolerance, same):
+    assert outputs_match(actual, expected, tolerance) is same
+
+
+def test_a_row_states_its_tolerance():
+    row = {"inputs": ["1"], "outputs": ["0.5"]}
+    assert io_cases(row)["float_tolerance"] is None
+    assert io_cases({**row, "float_tolerance": 1e-4})["float_tolerance"] == 1e-4
+    assert io_cases({**row, "float_tolerance": "1e-9"})["float_tolerance"] == 1e-9
+    for bad in (-1, 1.5, "tight", True):
+        with pytest.raises(UsageError, match=r"row 2: 'float_tolerance' must be a number in \[0, 1\)"):
+            io_cases({**row, "float_tolerance": bad}, "row 2")
 
 
 def test_call_based_cases_become_trusted_asserts():
@@ -92,3 +131,44 @@ def test_call_based_cases_become_trusted_asserts():
     assert same((0, 1), [[0, 1]]) and same([0, 1], [0, 1]) and not same([1, 0], [[0, 1]])
     with pytest.raises(UsageError, match="not a Python function name"):
         call_tests("os.system", [])
+
+
+def test_leetcode_answers_are_called_as_methods_of_one_solution():
+    tests, setup = call_tests("twoSum", [{"input": [[3, 3], 6], "output": [[0, 1]]}], method_of_solution=True)
+    assert tests == ["assert _same_result(__grpo_solution.twoSum(*[[3, 3], 6]), [[0, 1]])"]
+    assert setup.endswith("\n__grpo_solution = Solution()")
+    assert solution_class("class Solution:\n    def f(self):\n        pass")
+    assert not solution_class("def f():\n    class Solution:\n        pass") and not solution_class("def f(:")
+    # JSON's string keys turned back into ints, as APPS does, where they all are
+    assert call_tests("f", [{"input": [{"1": "a"}], "output": {"2": 3}}])[0] == \
+        ["assert _same_result(f(*[{1: 'a'}]), {2: 3})"]
+    assert call_tests("f", [{"input": [{"x": 1}], "output": [{"x": 1}]}])[0] == \
+        ["assert _same_result(f(*[{'x': 1}]), [{'x': 1}])"]
+
+
+# (code, what the prelude puts first): only names the code reads and never binds, after a docstring and
+# `from __future__` imports (which must stay first)
+PRELUDES = [
+    ("x = 1\n", ""),
+    ("def f(a: List[int]) -> int:\n    return sqrt(a[0])\n", "from math import sqrt; from typing import List\n"),
+    ("from math import *\nprint(sqrt(2))\n", "from math import sqrt\n"),  # harmless: its own import runs after
+    ("def sqrt(x):\n    return x\nprint(sqrt(4))\n", ""),
+    ("print(np.zeros(2), deque())\n", "from collections import deque; import numpy as np\n"),
+    ("for heappush in range(3):\n    print(heappush)\n", ""),
+    ("print(undefined_name)\n", ""),
+    ("n = int(stdin.readline())\n", "from sys import stdin\n"),  # APPS binds stdin = sys.stdin
+]
+
+
+@pytest.mark.parametrize("code, first", PRELUDES)
+def test_the_prelude_imports_only_what_the_code_relies_on(code, first):
+    assert with_prelude(code) == first + code
+
+
+def test_the_prelude_comes_after_future_imports():
+    code = '"""Doc."""\nfrom __future__ import annotations\nx: List[int] = []\n'
+    assert with_prelude(code) == '"""Doc."""\nfrom __future__ import annotations\nfrom typing import List\n' \
+        'x: List[int] = []\n'
+    assert with_prelude("f(", ()) == "f("  # unparsable: left to fail on its own
+    assert with_prelude("print(merge([1], [2]))", keep=("merge",)) == "print(merge([1], [2]))"
+    compile(with_prelude(code), "x", "exec")

@@ -118,6 +118,35 @@ if __name__ == "__main__":
     unittest.main()
 """
 
+KODCODE = """
+from solution import add
+
+def test_add():
+    assert add(1, 2) == 3
+
+def test_add_twos():
+    assert add(2, 2) == 4
+"""
+KODCODE_ALIASED = """
+import solution
+from solution import add as plus
+
+def test_add():
+    assert solution.add(1, 2) == 3
+
+def test_add_twos():
+    assert plus(2, 2) == 4
+"""
+KODCODE_STAR = """
+from solution import *
+
+def test_add():
+    assert add(1, 2) == 3
+
+def test_add_twos():
+    assert add(2, 2) == 4
+"""
+
 # layout, columns, the wrong solution's score (a * b is right for (2, 2) only)
 LAYOUTS = [
     ("pytest functions", {"tests": PYTEST}, 0.5),
@@ -132,6 +161,11 @@ LAYOUTS = [
     ("EvalPlus assertion loop", {"tests": EVALPLUS}, 0.0),
     ("unittest.TestCase", {"tests": UNITTEST}, 0.5),
     ("plain asserts", {"tests": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]}, 0.5),
+    ("pytest, the completion imported as `solution` (KodCode)", {"tests": KODCODE}, 0.5),
+    ("... with an entry point", {"tests": KODCODE, "entry_point": "add"}, 0.5),
+    ("... import solution, from solution import add as plus", {"tests": KODCODE_ALIASED}, 0.5),
+    ("... from solution import *", {"tests": KODCODE_STAR}, 0.5),
+    ("... from solution import *, with an entry point", {"tests": KODCODE_STAR, "entry_point": "add"}, 0.5),
 ]
 
 
@@ -172,3 +206,37 @@ def test_a_failing_set_up_fails_the_row():
 def test_an_assert_that_never_runs_is_not_a_pass():
     values, _ = _score([RIGHT, PASS], {"tests": "for x in []:\n    assert add(x, x) == 2 * x\nassert add(1, 2) == 3"})
     assert values == [0.5, 0.0]
+
+
+KODCODE_CLASS = """
+from solution import MinStack
+
+def test_push_pop():
+    s = MinStack()
+    s.push(3)
+    s.push(1)
+    assert s.get_min() == 1
+    s.pop()
+    assert s.get_min() == 3
+"""
+MIN_STACK = """class MinStack:
+    def __init__(self):
+        self.items = []
+    def push(self, x):
+        self.items.append(x)
+    def pop(self):
+        return self.items.pop()
+    def get_min(self):
+        return min(self.items){wrong}
+"""
+
+
+def test_the_completion_imported_as_solution_is_the_code_in_the_sandbox():
+    """`from solution import f` (KodCode's pytest rows) gives the tests the completion's functions and classes as
+    they are given without the import: proxies of the sandboxed code, never a module of the trusted side's."""
+    fenced = [f"```python\n{code}```" for code in (MIN_STACK.format(wrong=""), MIN_STACK.format(wrong=" + 1"))]
+    values, component = _score(fenced, {"tests": KODCODE_CLASS})
+    assert values == [1.0, 0.0], component.last_details
+    missing = "```python\ndef plus(a, b):\n    return a + b\n```"  # not the name the tests import: set-up fails
+    values, component = _score([missing], {"tests": KODCODE})
+    assert values == [0.0] and "set-up" in component.last_details[0]["status"], component.last_details

@@ -139,6 +139,58 @@ def test_a_class_entry_point_does_not_answer_the_tests_methods():
     assert values == [0.0, 1.0], component.last_details
 
 
+LETTERS_TESTS = ["assert vowels('banana').count('a') == 3", "assert vowels('sky') == ''",
+                 "assert greet('Bob').startswith('Hello, Bob')"]
+LETTERS_CLASSES = '''
+class vowels:
+    def __init__(self, text):
+        self.text = text
+    def count(self, letter):
+        return 3
+    def __eq__(self, other):
+        return True
+class greet:
+    def __init__(self, name):
+        pass
+    def startswith(self, prefix):
+        return True
+'''
+LETTERS_RIGHT = "def vowels(text):\n    return ''.join(c for c in text if c in 'aeiou')\n" \
+                "def greet(name):\n    return 'Hello, ' + name + '!'\n"
+KODCODE_CLASS_TESTS = "from solution import vowels, greet\n\n" \
+                      "def test_vowels():\n    assert vowels('banana').count('a') == 3\n\n" \
+                      "def test_greet():\n    assert greet('Bob').startswith('Hello, Bob')\n"
+CLASS_TESTS = ["c = Counter(2)\nc.inc()\nassert c.value() == 3", "assert isinstance(make(), shape)",
+               "assert shape(4).sides() == 4"]
+CLASS_RIGHT = '''
+class Counter:
+    def __init__(self, n):
+        self.n = n
+    def inc(self):
+        self.n += 1
+    def value(self):
+        return self.n
+class shape:
+    def __init__(self, n=4):
+        self.n = n
+    def sides(self):
+        return self.n
+def make():
+    return shape()
+'''
+
+
+@guards("without an entry point too, a class where the tests expect a function answers nothing (its instance's "
+        "count / startswith say yes to anything): a name is a class only where the tests spell it or use it as one")
+def test_a_class_where_a_function_is_expected_fails_without_an_entry_point():
+    values, component = score({"tests": LETTERS_TESTS}, [LETTERS_CLASSES, LETTERS_RIGHT])
+    assert values == [0.0, 1.0], component.last_details
+    values, component = score({"tests": KODCODE_CLASS_TESTS}, [LETTERS_CLASSES, LETTERS_RIGHT])
+    assert values == [0.0, 1.0], component.last_details
+    values, component = score({"tests": CLASS_TESTS}, [CLASS_RIGHT])  # CapWords, or used in isinstance
+    assert values == [1.0], component.last_details
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # 2. Arguments that are not plain data: handles, never the in-sandbox harness
 # -----------------------------------------------------------------------------------------------------------------
