@@ -32,6 +32,9 @@ _SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
 _NUMBER_WORD = "|".join(sorted([*_SMALL, *_TENS, *_SCALES], key=len, reverse=True))
 _SPELLED = re.compile(rf"\b(?:(?:a|one)\s+(?:hundred|thousand|million|billion)|{_NUMBER_WORD})\b"
                       rf"(?:(?:\s+|-|\s+and\s+)(?:{_NUMBER_WORD})\b)*", re.IGNORECASE)
+_SPELLED_WORDS = frozenset([*_SMALL, *_TENS, *_SCALES])
+_WORD = re.compile(r"[^\W\d_]+")
+_DIGIT = re.compile(r"\d")
 _DIGIT_SCALE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(k|thousand|million|billion|bn)\b", re.IGNORECASE)
 
 
@@ -71,7 +74,9 @@ def spell_numbers(text: str) -> str:
         factor = 10**9 if match.group(2).lower() == "bn" else _SCALES.get(match.group(2).lower(), 1000)
         return format((Decimal(match.group(1)) * factor).normalize(), "f")
 
-    return _DIGIT_SCALE.sub(scaled, _SPELLED.sub(words, text))
+    if not _SPELLED_WORDS.isdisjoint(_WORD.findall(text.lower())):
+        text = _SPELLED.sub(words, text)
+    return _DIGIT_SCALE.sub(scaled, text) if _DIGIT.search(text) else text
 
 
 _ORDINALS = {w: i for i, w in enumerate(
@@ -104,6 +109,7 @@ _LATEX = [(re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}"), r"\1/\2"),
 # A Roman numeral after a name is the name's number ("Henry VIII", "World War II", "Louis XIV"). One letter only
 # where it cannot be the pronoun: "V" and "X" after a name, "I" after "War" or closing the text.
 _ROMAN_AFTER_NAME = re.compile(r"\b([A-Z][a-z]+ )([IVXL]{2,}|[VX]|I(?=\s*(?:[.,;:!?)]|$)))\b(?!')")
+_ROMAN_HINT = re.compile(r"[A-Z][a-z]+ [IVXL]|War I")
 _WAR_I = re.compile(r"(?<=\bWar )I\b")
 _CASED_ALIASES = [(r"\bU\.\s?S\.(?:\s?A\.?)?|\bUSA?\b(?!\$)", "United States"),
                   (r"\bU\.\s?K\.?|\bUK\b", "United Kingdom"), (r"\bU\.\s?N\.?|\bUN\b", "United Nations"),
@@ -119,7 +125,11 @@ _ALIASES = [
     (r"\bburma\b", "myanmar"), (r"\bpeking\b", "beijing"), (r"\bbombay\b", "mumbai"),
     (r"(?<![\d.])\bst\.?\s+(?=[a-z])", "saint "), (r"(?<![\d.])\bmt\.?\s+(?=[a-z])", "mount "),
     (r"\bjfk\b", "john f kennedy"), (r"\bmlk\b", "martin luther king"), (r"\bfdr\b", "franklin d roosevelt"),
+    (r"\s+(?:jr|sr)\b\.?", ""),  # Martin Luther King Jr.
 ]
+# a word one of the aliases needs: the text is searched for them only when it holds one
+_ALIAS_WORDS = frozenset("ww wwi wwii world great united usa america britain uk ussr soviet uae nyc holland burma "
+                         "peking bombay st mt jfk mlk fdr jr sr".split())
 # One-way aliases: a formula or symbol is a right answer for the substance's name, but a question whose reference
 # is the formula asks for the formula ("H2O" against "water" is 0).
 _FORMULAS = [
@@ -143,7 +153,7 @@ _REWRITES = [  # in order, on lower-case text; each is tried only where one of i
     (re.compile(r"\b(\d+) and (?:a|one) half\b"), r"\1.5", ("half",)),
     (re.compile(r"\bhalf (?:a|an)\b"), "0.5", ("half",)),
     (_FRACTION_WORDS, lambda m: f"{1 if m[1] in ('a', 'one') else m[1]}/{_DENOMINATORS[m[2]]}",
-     ("hal", "third", "quarter", "fourth", "fifth", "sixth", "eighth", "tenth")),
+     ("half", "halves", "third", "quarter", "fourth", "fifth", "sixth", "eighth", "tenth")),
     (re.compile(r"\bhalf\b"), "1/2", ("half",)),
     (re.compile(r"\b(?:minus|negative)\s+(?=\d)"), "-", ("minus", "negative")),
     (re.compile(r"\b(?:none|nil|nought|naught)\b"), "0", ("none", "nil", "ught")),
@@ -181,9 +191,9 @@ def _clean(text: str) -> str:
     if not text.isascii():
         # 10³ is 10^3 and km² is km2 (the unit's spelling)
         text = re.sub(r"[⁰¹²³⁴⁵⁶⁷⁸⁹⁻]+", lambda m: "^" + m.group(0).translate(_SUPERSCRIPT), text)
-        text = text.translate(_SUBSCRIPT).replace("−", "-").replace("’", "'").replace("⁄", "/")
-        text = unicodedata.normalize("NFKD", text)
+        text = unicodedata.normalize("NFKD", text.translate(_SUBSCRIPT))  # ¾ -> 3⁄4, é -> e and an accent
         text = unicodedata.normalize("NFC", "".join(ch for ch in text if not unicodedata.combining(ch)))
+        text = text.replace("−", "-").replace("’", "'").replace("⁄", "/")
     if "^" in text:
         text = re.sub(r"(?<=[A-Za-z])\^(\d)", r"\1", text)
     if "\\" in text or "^" in text:
@@ -197,13 +207,14 @@ def normalise(text: str, formulas: bool = False) -> str:
     """The text written one way, lower case (see the module docstring); `formulas`: a chemical formula or element
     symbol also reads as the substance's name (done for the model's answer only)."""
     text = _clean(text)
-    if re.search(r"[A-Z][a-z]+ [IVXL]|War I", text):
+    if _ROMAN_HINT.search(text):
         text = _WAR_I.sub("1", _ROMAN_AFTER_NAME.sub(lambda m: m[1] + str(_roman(m[2]) or m[2]), text))
-    text = _CASED_ALIAS_SUB(text)
+    if "U" in text:
+        text = _CASED_ALIAS_SUB(text)
     if formulas:
         text = _FORMULA_SUB(text)
     text = text.lower().replace("'", "")
-    if re.search(r"\d", text):
+    if _DIGIT.search(text):
         for pattern, repl in _NUMBER_FORMATS:
             text = pattern.sub(repl, text)
     text = spell_numbers(text)
@@ -211,7 +222,9 @@ def normalise(text: str, formulas: bool = False) -> str:
     for pattern, repl, triggers in _REWRITES:
         if present.intersection(triggers):
             text = pattern.sub(repl, text)
-    return _ALIAS_SUB(text)
+    if not _ALIAS_WORDS.isdisjoint(_WORD.findall(text)) or "ww" in text:
+        text = _ALIAS_SUB(text)
+    return text
 
 
 _TOKEN = re.compile(r"(?<![\w.])-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:e[+-]?\d+)?(?:/\d+)?|\w+")
@@ -326,8 +339,9 @@ for _spellings, _scale in _TEMPERATURE.items():
 _CURRENCY_BEFORE = r"(?:us\$|c\$|a\$|au\$|r\$|\$|€|£|¥|₹|₩|₽|usd|eur|gbp|jpy|inr|cny|rmb|chf|cad|aud|rs\.?)"
 _UNIT = "|".join(re.escape(u).replace(r"\ ", r"\s+") for u in sorted(UNITS, key=len, reverse=True))
 _NUMBER = r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:e[+-]?\d+)?(?:/\d+(?![\d/]))?"
-_QUANTITY = re.compile(rf"(?:(?P<currency>{_CURRENCY_BEFORE})\s?)?(?<![\w.])(?P<number>{_NUMBER})"
-                       rf"(?:(?:\s?-\s?|\s?)(?P<unit>{_UNIT}|°\s?[cf])(?![\w/$]))?(?:\s+(?P<word>[a-z]+))?")
+_NUMBER_AT = re.compile(rf"(?<![\w.]){_NUMBER}")
+_CURRENCY_ENDING = re.compile(rf"{_CURRENCY_BEFORE}\s?$")
+_UNIT_AT = re.compile(rf"(?:\s?-\s?|\s?)(?P<unit>{_UNIT}|°\s?[cf])(?![\w/$])|\s+(?P<word>[a-z]+)")
 # words that may follow a number without being its unit ("20 in total", "7 feet tall")
 _NOT_UNITS = set("""and or nor to is are was were be been in on at of for by with from as than but so if then it its
 that this which who what when where total exactly approximately about roughly around times plus minus tall long high
@@ -395,24 +409,29 @@ def _places(number: str) -> int:
 def quantities(text: str) -> list[tuple[Quantity, tuple[int, int]]]:
     """Every number in a normalised text, with its unit or currency, and where it stands."""
     out = []
-    for match in _QUANTITY.finditer(text):
-        number = match.group("number")
+    for match in _NUMBER_AT.finditer(text):
+        number = match.group(0)
         value = number_value(number)
         if value is None:
             continue
-        unit = match.group("unit") or match.group("currency")
-        readings = ()
-        if unit:
-            spelling = re.sub(r"\s+", " ", unit.strip().rstrip("."))
-            spelling = re.sub(r"°\s?([cf])", r"°\1", spelling)
-            readings = UNITS.get(spelling) or UNITS.get(spelling + ".") or ()
-        word = match.group("word") or ""
-        end = match.end("unit") if match.group("unit") else match.end("number")
-        out.append((Quantity(value, _places(number), readings, word=word if not match.group("unit") else ""),
-                    (match.start(), end)))
+        start, end = match.span()
+        readings, word = (), ""
+        currency = _CURRENCY_ENDING.search(text, max(0, start - 4), start)
+        if currency:
+            start = currency.start()
+            readings = UNITS.get(currency.group(0).strip().rstrip(".")) or ()
+        after = _UNIT_AT.match(text, end)
+        if after and after.group("unit"):
+            spelling = _UNIT_SPACE.sub(" ", after.group("unit").strip().rstrip("."))
+            readings = readings or UNITS.get(spelling.replace("° ", "°")) or UNITS.get(spelling + ".") or ()
+            end = after.end("unit")
+        elif after:
+            word = after.group("word")
+        out.append((Quantity(value, _places(number), readings, word=word), (start, end)))
     return out
 
 
+_UNIT_SPACE = re.compile(r"\s+")
 _APPROXIMATE = {"about", "approximately", "around", "roughly", "circa", "some", "approx", "ca", "nearabouts"}
 
 
@@ -434,7 +453,7 @@ def reference_quantity(reference: str) -> Quantity | None:
 
 # ---------------------------------------------------------------------------------------------- times and dates
 
-_CLOCK = re.compile(r"\b(\d{1,2})(?:[:.](\d{2}))?\s*(?:(a\.?\s?m\b\.?|p\.?\s?m\b\.?)|(?:oclock\s+)?in the "
+_CLOCK = re.compile(r"\b([01]\d|2[0-3])([0-5]\d)\s*(hours|hrs)\b|\b(\d{1,2})(?:[:.](\d{2}))?\s*(?:(a\.?\s?m\b\.?|p\.?\s?m\b\.?)|(?:oclock\s+)?in the "
                     r"(morning|afternoon|evening|night)\b|(oclock|hours|h)\b)|\b(\d{1,2}):(\d{2})\b|"
                     r"\b(noon|midday|midnight)\b")
 
@@ -443,8 +462,11 @@ def clock_times(text: str) -> list[tuple[frozenset[int], tuple[int, int]]]:
     """Times of day in a normalised text as the minutes after midnight they may mean ("7:00": 7 am or 7 pm)."""
     out = []
     for match in _CLOCK.finditer(text):
-        hour_text, minute_text, ampm, part, oclock, hour24, minute24, word = match.groups()
-        if word:
+        military_hour, military_minute, _, hour_text, minute_text, ampm, part, oclock, hour24, minute24, word = \
+            match.groups()
+        if military_hour:  # 1500 hours
+            minutes = {int(military_hour) * 60 + int(military_minute)}
+        elif word:
             minutes = {720} if word in ("noon", "midday") else {0}
         elif hour24 is not None:
             hour, minute = int(hour24), int(minute24)
@@ -542,6 +564,22 @@ def unsure(answer: str) -> bool:
     return bool(_UNSURE.search(answer))
 
 
+# the patterns committed() reads with, compiled once
+_WORDS_RE = re.compile(r"\w+")
+_ALTERNATIVE_BEFORE = re.compile(r"(?:\b(?:or|nor|either|neither|vs|versus)|\d\s*to|[/–—&])\s*$")
+_ALTERNATIVE_AFTER = re.compile(r"^\s*,?\s*(?:[/–—&]|(?:or|nor|vs|versus)\b(?!\s+so\b)|to\s+[-$€£¥\d])")
+_QUESTION_AFTER = re.compile(r"^\s*\?")
+_NUMBER_BEFORE = re.compile(r"\d\s+$")
+_NUMBER_AFTER = re.compile(r"^\s+-?\d")
+_LIST_AFTER = re.compile(r"^(?:\s*,\s*[^,]+?)+?,?\s+(?:or|nor)\s+\S")
+_AND_BEFORE = re.compile(r"(?:^|\s)and\s*$")
+_AND_AFTER = re.compile(r"^\s*(?:,\s*)?and\s+(\w+)")
+_COMMA = re.compile(r"\s*,\s*")
+_COMMA_BEFORE = re.compile(r",\s*$")
+_COMMA_AFTER = re.compile(r"^\s*,")
+_ITEM_SEPARATOR = re.compile(r"\s*(?:[,;/\n?!]|(?<!\d)\.(?!\d)|\b(?:and|or)\b)\s*")
+
+
 def committed(text: str, start: int, end: int, numeric: bool = False) -> bool:
     """Whether the answer commits to what stands at text[start:end]: it is not negated, one of several candidates
     or (`numeric`: a number, date or time) bounded or one end of a range. `text` is normalised."""
@@ -549,33 +587,39 @@ def committed(text: str, start: int, end: int, numeric: bool = False) -> bool:
     sentence_end = next((m.start() for m in _SENTENCE.finditer(text, end)), len(text))
     before, after = text[sentence_start:start], text[end:sentence_end]
     clause = before[max((m.end() for m in _CLAUSE.finditer(before)), default=0):]
-    if any(w in _NEGATIONS for w in re.findall(r"\w+", clause)):
+    if any(w in _NEGATIONS for w in _WORDS_RE.findall(clause)):
         return False  # "not Paris", "Lyon, not Paris", "I dont think it is Paris"
     if numeric and _BOUNDS.search(before):
         return False  # "more than 100", "between 6 and 10"
     bound = _AFTER_BOUND.match(after)
     if bound and bound.group("approximate") is None and (numeric or bound.group(0).strip()[:1] not in "+ap"):
         return False  # "100+", "100 or more", "Paris is not the answer"
-    if re.search(r"(?:\b(?:or|nor|either|neither|vs|versus)|\d\s*to|[/–—&])\s*$", before):
+    if _ALTERNATIVE_BEFORE.search(before):
         return False  # "6 or 8", "either 6 or 8", "Paris/Lyon", "6–8", "6 to 8"
-    if re.match(r"^\s*,?\s*(?:[/–—&]|(?:or|nor|vs|versus)\b(?!\s+so\b)|to\s+[-$€£¥\d])", after):
+    if _ALTERNATIVE_AFTER.match(after):
         return False  # "8 or 10", "6–8", "Paris/Lyon", "9, 10, or 11"
-    if re.match(r"^(?:\s*,\s*[^,]+?)+?,?\s+(?:or|nor)\s+\S", after):
+    if _QUESTION_AFTER.match(text[end:]):
+        return False  # "Canada? Mexico?"
+    if numeric and (_NUMBER_BEFORE.search(before) or _NUMBER_AFTER.match(after)):
+        return False  # "4 5", "1 2 3 4 5"
+    if _LIST_AFTER.match(after):
         return False  # "6, 8 or 10", "Jupiter, Saturn, Uranus or Neptune"
-    if re.search(r"(?:^|\s)and\s*$", before) and len(re.findall(r"\w+", before)) <= 4:
+    if _AND_BEFORE.search(before) and len(_WORDS_RE.findall(before)) <= 4:
         return False  # "Marlowe and Shakespeare"
-    following = re.match(r"^\s*(?:,\s*)?and\s+(\w+)", after)
-    if following and following.group(1) not in _PRONOUNS and len(re.findall(r"\w+", after)) <= 4:
+    following = _AND_AFTER.match(after)
+    if following and following.group(1) not in _PRONOUNS and len(_WORDS_RE.findall(after)) <= 4:
         return False  # "Paris and Lyon", "4 and 5"
     # a bare comma list of three or more short items that is the whole sentence: "Paris, Lyon, Marseille"
-    others = (re.split(r"\s*,\s*", before.strip()) if re.search(r",\s*$", before) else []) + \
-        (re.split(r"\s*,\s*", after.strip()) if re.match(r"^\s*,", after) else [])
-    others = [i for i in others if i and not _NEGATIONS & set(re.findall(r"\w+", i))]  # "Paris, not Lyon" is one
+    others = (_COMMA.split(before.strip()) if _COMMA_BEFORE.search(before) else []) + \
+        (_COMMA.split(after.strip()) if _COMMA_AFTER.match(after) else [])
+    others = [i for i in others if i and not _NEGATIONS & set(_WORDS_RE.findall(i))]  # "Paris, not Lyon" is one
     if len(others) >= 2 and all(len(i.split()) <= 3 for i in others):
         return False
     # an answer that is nothing but short items, one per line or sentence: "Paris. Lyon. Nice." lists candidates
-    items = [i for i in re.split(r"\s*(?:[,;/\n]|(?<!\d)\.(?!\d)|\b(?:and|or)\b)\s*", text) if i.strip()]
-    return not (len(items) >= 3 and all(len(i.split()) <= 3 for i in items) and len(text.split()) <= 12)
+    rest = text[:start] + " \0 " + text[end:]
+    items = [i for i in _ITEM_SEPARATOR.split(rest)
+             if i.strip() and not _NEGATIONS & set(_WORDS_RE.findall(i))]
+    return not (len(items) >= 3 and all(len(i.split()) <= 3 for i in items) and len(rest.split()) <= 12)
 
 
 # ---------------------------------------------------------------------------------------------------- yes / no
@@ -671,15 +715,28 @@ def reference_kind(reference: str) -> tuple:
     """What kind of answer a reference asks for: ("date" | "time" | "quantity" | "text", what is expected)."""
     text = normalise(reference)
     words = tokens(text)
+    # a reference that is itself a range or a bound ("100+", "after 1945") is read as words, so it still scores itself
     for kind, found in (("date", dates(text)), ("time", clock_times(text))):
         if len(found) == 1:
             start, end = found[0][1]
-            if not [t for t, s, e in words if e <= start or s >= end]:
+            if not [t for t, s, e in words if e <= start or s >= end] and committed(text, start, end, numeric=True):
                 return kind, found[0][0]
     quantity = reference_quantity(reference)
-    if quantity is not None:
+    if quantity is not None and all(committed(text, s, e, numeric=True) for _, (s, e) in quantities(text)):
         return "quantity", quantity
     return "text", tuple(t for t, _, _ in words)
+
+
+_FUNCTION_WORDS = {"is", "was", "are", "were", "the", "a", "an", "of", "in", "on", "by", "it", "its", "and", "to",
+                   "for", "with", "from", "as", "at", "which", "who", "that", "this", "i", "answer", "be"}
+
+
+def _bag_of_names(answer: str, reference_words: int) -> bool:
+    """A short answer of capitalised words and nothing else, three or more beyond the reference: "Paris Lyon
+    Marseille Nice" names candidates without a comma."""
+    words = _WORDS_RE.findall(answer)
+    return len(words) - reference_words >= 3 and len(words) <= 8 and all(w[0].isupper() or w[0].isdigit() for w in words) \
+        and not _FUNCTION_WORDS & {w.lower() for w in words}
 
 
 def read_answer(answer: str, reference: str, contains: bool = True, short_answer_words: int = 5) -> float:
@@ -688,7 +745,7 @@ def read_answer(answer: str, reference: str, contains: bool = True, short_answer
     when it does not or hedges; a text reference longer than `short_answer_words` words scores token F1."""
     kind, expected = reference_kind(reference)
     plain = normalise(answer)
-    if unsure(plain):
+    if unsure(plain) and not unsure(normalise(reference)):  # a reference "maybe" is an answer, not a hedge
         return 0.0
     variants = (plain, normalise(answer, formulas=True)) if _FORMULA_HINT.search(answer.translate(_SUBSCRIPT)) else (plain,)
     for text in dict.fromkeys(variants):
@@ -707,6 +764,8 @@ def read_answer(answer: str, reference: str, contains: bool = True, short_answer
             found = [(spans[i][1], spans[i + n - 1][2]) for i in range(len(words) - n + 1)
                      if tuple(words[i:i + n]) == expected]
         numeric = kind != "text"
+        if not numeric and _bag_of_names(answer, len(expected)):
+            continue
         for start, end in found:
             if not committed(text, start, end, numeric=numeric):
                 continue
