@@ -121,18 +121,23 @@ _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
 
 @dataclass
 class QA(RewardComponent):
-    """Short text answers, scored as SQuAD / TriviaQA score them, against the row's `answer`. Both texts are
-    normalised (lower case; punctuation and a / an / the dropped; numbers in one spelling, so '1,000' = '1000' and
-    'three' = '3'). The model's answer is its last <answer>…</answer> or \\boxed{…} when it writes one, else the
-    whole completion (<think>…</think> reasoning left out). A reference of up to `short_answer_words` words scores
-    1.0 when the answer equals it or (`contains`, TriviaQA's answer-in-completion) holds it as a whole-word span,
-    else 0.0; a longer reference scores the token F1 of answer and reference (1.0 when the answer holds it whole).
-    A reference that is one number, maybe with a unit, is compared as a quantity ("2000" and "2 kg" = "2000 g");
-    a yes / no reference by polarity ("not yes" is no). No `answer` (or an empty one): None (not scored).
+    """Short text answers, scored as SQuAD / TriviaQA score them, against the row's `answer`, read as a person
+    marking them would (rewards/qa_reading.py). The model's answer is its last <answer>…</answer> or \\boxed{…} when
+    it writes one, else the whole completion (<think>…</think> reasoning left out). Both texts are written one way
+    (case, punctuation, articles; numbers in digits: '100 000' = '100,000', '1.2e3' = 1200, 'a dozen' = 12, 'three
+    quarters' = 3/4; aliases: 'USA' = 'United States', 'Henry the Eighth' = 'Henry VIII'). The reference says what
+    it asks for: a date, a time of day, a quantity (a number with maybe a unit, a currency or a noun: other units of
+    the same quantity are converted, other quantities and currencies never match) or words. A reference of up to
+    `short_answer_words` words scores 1.0 when the answer equals it or (`contains`, TriviaQA's answer-in-completion)
+    holds it, and commits to it there: a negated, bounded, ranged or listed match ("not Paris", "more than 100",
+    "6-8", "Paris or Lyon") and a hedged answer ("maybe", "not sure") score 0.0. A longer reference scores the token
+    F1 of answer and reference (1.0 when the answer holds it whole). A yes / no reference is read by polarity ("not
+    yes" is no, "sure" is yes). No `answer` (or an empty one): None (not scored).
 
-    Example: answer "Nairobi", completion "The capital of Kenya is Nairobi." -> 1.0; "Mombasa" -> 0.0;
-    answer "1,000 metres", completion "1000 metres" -> 1.0. With several accepted answers (an `answer` list in the
-    data, TriviaQA's aliases: the `answer_aliases` column), the best-matching one scores.
+    Example: answer "Nairobi", completion "The capital of Kenya is Nairobi." -> 1.0; "Mombasa" -> 0.0; "Nairobi or
+    Mombasa" -> 0.0; answer "$20", completion "twenty dollars" -> 1.0, "20 yen" -> 0.0. With several accepted
+    answers (an `answer` list in the data, TriviaQA's aliases: the `answer_aliases` column), the best-matching one
+    scores.
     """
 
     name: ClassVar[str] = "qa"
