@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from rewards.components import QA  # noqa: E402
-from rewards.qa_reading import normalise, reference_kind  # noqa: E402
+from rewards.qa_reading import normalise, reference_kind, reference_words  # noqa: E402
 
 PAIRS = ROOT / "tests" / "fixtures" / "qa_judged_pairs.jsonl"
 
@@ -59,6 +59,7 @@ def main() -> None:
         # cold: the reader caches what it made of a text, and a run's completions are all new
         normalise.cache_clear()
         reference_kind.cache_clear()
+        reference_words.cache_clear()
         start = time.perf_counter()
         for p in pairs:
             qa.score_one(p["completion"], p["reference"])

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from config.errors import UsageError
 from rewards.base import RewardComponent, RewardError, check_reward_output, prompt_text
-from rewards.qa_reading import polarity, qa_f1, qa_tokens, read_answer  # noqa: F401 (qa_f1: imported from here)
+from rewards.qa_reading import polarity, qa_f1, qa_tokens, read_answer, reference_words  # noqa: F401 (re-exported)
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
@@ -153,21 +153,22 @@ class QA(RewardComponent):
                              f"not {self.short_answer_words}.")
 
     def model_answer(self, text: str) -> str:
-        tag = re.escape(self.answer_tag)
-        tagged = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL)
-        if tagged:
-            return tagged[-1]
-        boxed = _BOXED.findall(text)
+        if "<" in text:
+            tag = re.escape(self.answer_tag)
+            tagged = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL)
+            if tagged:
+                return tagged[-1]
+        boxed = _BOXED.findall(text) if "boxed" in text else None
         if boxed:
             return boxed[-1]
-        return _THINK.sub(" ", text)
+        return _THINK.sub(" ", text) if "<think>" in text else text
 
     def score_one(self, text: str, reference: str) -> float:
-        ref = qa_tokens(reference)
+        ref = reference_words(reference)
         if not ref:  # a reference of articles or punctuation alone: compare the texts as they are
             return float(text.strip().lower() == reference.strip().lower())
         answer = self.model_answer(text)
-        if ref in (["yes"], ["no"], ["true"], ["false"]):  # read for polarity: "not yes" is no, "nope" is no
+        if ref in (("yes",), ("no",), ("true",), ("false",)):  # read for polarity: "not yes" is no, "nope" is no
             said = polarity(answer)
             return float(said is not None and said == (ref[0] in ("yes", "true")))
         return read_answer(answer, reference, self.contains, self.short_answer_words)

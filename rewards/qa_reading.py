@@ -162,6 +162,10 @@ _REWRITES = [  # in order, on lower-case text; each is tried only where one of i
     (re.compile(r"(\d(?:\.\d+)?)\s*[×x*·]\s*10\s*(?:\^|\*\*)\s*\{?\s*([+-]?\d+)\s*\}?"), r"\1e\2", ("^", "**")),
     (re.compile(r"(?<![\w.])10\s*(?:\^|\*\*)\s*\{?\s*([+-]?\d+)\}?"), r"1e\1", ("^", "**")),
 ]
+_REWRITES_BY_TRIGGER: dict[str, list[int]] = {}
+for _i, (_, _, _triggers) in enumerate(_REWRITES):
+    for _trigger in _triggers:
+        _REWRITES_BY_TRIGGER.setdefault(_trigger, []).append(_i)
 _TRIGGER = re.compile("|".join(sorted({re.escape(t) for _, _, ts in _REWRITES for t in ts}, key=len, reverse=True)))
 _NUMBER_FORMATS = [  # thousands and decimal separators other than "1,234.5", before number words are read
     (re.compile(r"(?<![\d.,])(\d{1,3}(?:\.\d{3})+),(\d+)\b(?![.,]\d)"), lambda m: m[1].replace(".", "") + "." + m[2]),
@@ -218,10 +222,9 @@ def normalise(text: str, formulas: bool = False) -> str:
         for pattern, repl in _NUMBER_FORMATS:
             text = pattern.sub(repl, text)
     text = spell_numbers(text)
-    present = set(_TRIGGER.findall(text))
-    for pattern, repl, triggers in _REWRITES:
-        if present.intersection(triggers):
-            text = pattern.sub(repl, text)
+    for i in sorted({i for trigger in _TRIGGER.findall(text) for i in _REWRITES_BY_TRIGGER[trigger]}):
+        pattern, repl, _ = _REWRITES[i]
+        text = pattern.sub(repl, text)
     if not _ALIAS_WORDS.isdisjoint(_WORD.findall(text)) or "ww" in text:
         text = _ALIAS_SUB(text)
     return text
@@ -244,13 +247,28 @@ def tokens(text: str) -> list[tuple[str, int, int]]:
     return out
 
 
+_PLAIN_NUMBER = re.compile(r"(-?)(\d*)(?:\.(\d+))?(?:e([+-]?\d+))?")
+
+
+def _exact(text: str) -> Fraction:
+    """A decimal numeral's exact value (Fraction(str) reads the same, several times slower)."""
+    match = _PLAIN_NUMBER.fullmatch(text)
+    if not match or not (match.group(2) or match.group(3)):
+        raise ValueError(text)
+    sign, whole, decimals, exponent = match.groups()
+    value = Fraction(int((whole or "0") + (decimals or "")), 10 ** len(decimals or ""))
+    if exponent:
+        value *= Fraction(10) ** int(exponent)
+    return -value if sign else value
+
+
 def number_value(token: str) -> Fraction | None:
     """'1,234.5' -> 1234.5, '3/4' -> 3/4, '1.2e3' -> 1200 (exact), else None."""
     try:
         if "/" in token:
             top, bottom = token.replace(",", "").split("/", 1)
-            return Fraction(top) / Fraction(bottom) if Fraction(bottom) else None
-        return Fraction(token.replace(",", "").rstrip("."))
+            return _exact(top) / _exact(bottom)
+        return _exact(token.replace(",", "").rstrip("."))
     except (ValueError, ZeroDivisionError):
         return None
 
@@ -693,6 +711,12 @@ def qa_tokens(text: str) -> list[str]:
         if token not in _ARTICLES:
             out.append(token)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def reference_words(reference: str) -> tuple[str, ...]:
+    """qa_tokens of a reference, kept: a group of completions shares one."""
+    return tuple(qa_tokens(reference))
 
 
 def qa_f1(predicted: list[str], reference: list[str]) -> float:
