@@ -36,6 +36,7 @@ _SPELLED_WORDS = frozenset([*_SMALL, *_TENS, *_SCALES])
 _WORD = re.compile(r"[^\W\d_]+")
 _DIGIT = re.compile(r"\d")
 _DIGIT_SCALE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(k|thousand|million|billion|bn)\b", re.IGNORECASE)
+_MONEY_SCALE = re.compile(r"(?<=[$€£¥])(\d+(?:\.\d+)?)\s*(m|mn|b)\b", re.IGNORECASE)  # $20m, £1.5bn
 
 
 def _spelled_value(words: str) -> int | None:
@@ -71,12 +72,15 @@ def spell_numbers(text: str) -> str:
     def scaled(match: re.Match) -> str:
         from decimal import Decimal
 
-        factor = 10**9 if match.group(2).lower() == "bn" else _SCALES.get(match.group(2).lower(), 1000)
+        scale = match.group(2).lower()
+        factor = 10**9 if scale in ("bn", "b") else 10**6 if scale in ("m", "mn") else _SCALES.get(scale, 1000)
         return format((Decimal(match.group(1)) * factor).normalize(), "f")
 
     if not _SPELLED_WORDS.isdisjoint(_WORD.findall(text.lower())):
         text = _SPELLED.sub(words, text)
-    return _DIGIT_SCALE.sub(scaled, text) if _DIGIT.search(text) else text
+    if not _DIGIT.search(text):
+        return text
+    return _DIGIT_SCALE.sub(scaled, _MONEY_SCALE.sub(scaled, text) if "m" in text or "b" in text else text)
 
 
 _ORDINALS = {w: i for i, w in enumerate(
@@ -122,14 +126,14 @@ _ALIASES = [
      "united states"),
     (r"\b(?:great britain|britain|uk)\b", "united kingdom"), (r"\b(?:ussr|soviet russia)\b", "soviet union"),
     (r"\buae\b", "united arab emirates"), (r"\bnyc\b", "new york city"), (r"\bholland\b", "netherlands"),
-    (r"\bburma\b", "myanmar"), (r"\bpeking\b", "beijing"), (r"\bbombay\b", "mumbai"),
+    (r"\bd\.\s?c\b\.?", "dc"), (r"\bburma\b", "myanmar"), (r"\bpeking\b", "beijing"), (r"\bbombay\b", "mumbai"),
     (r"(?<![\d.])\bst\.?\s+(?=[a-z])", "saint "), (r"(?<![\d.])\bmt\.?\s+(?=[a-z])", "mount "),
     (r"\bjfk\b", "john f kennedy"), (r"\bmlk\b", "martin luther king"), (r"\bfdr\b", "franklin d roosevelt"),
     (r"\s+(?:jr|sr)\b\.?", ""),  # Martin Luther King Jr.
 ]
 # a word one of the aliases needs: the text is searched for them only when it holds one
 _ALIAS_WORDS = frozenset("ww wwi wwii world great united usa america britain uk ussr soviet uae nyc holland burma "
-                         "peking bombay st mt jfk mlk fdr jr sr".split())
+                         "peking bombay st mt jfk mlk fdr jr sr d".split())
 # One-way aliases: a formula or symbol is a right answer for the substance's name, but a question whose reference
 # is the formula asks for the formula ("H2O" against "water" is 0).
 _FORMULAS = [
@@ -383,17 +387,18 @@ class Quantity:
         reference's unit ("7" for "7 ft"); a unit or noun the reference does not have never matches ("7 m", "20
         cents", "8 arms" for "8 legs"); the same quantity in another unit is converted, and an inexact conversion
         counts when it is right to the decimals written and within 2 % ("2.13 m" for "7 ft")."""
-        if self.noun and expected.noun:
-            if _singular(self.noun) != _singular(expected.noun):
-                return False
-        elif self.noun and expected.readings or self.readings and expected.noun:
-            return False
-        elif expected.readings and not self.readings and self.word and self.word not in _NOT_UNITS:
+        other_word = bool(self.word) and self.word not in _NOT_UNITS
+        if expected.noun:  # "8 legs": the number bare or with that noun, not with a unit or another noun ("8 arms")
+            noun = expected.noun.split()[0]
+            return not self.readings and not (other_word and _singular(self.word) != _singular(noun)) and \
+                self.value == expected.value
+        if expected.readings and not self.readings and other_word:
             return False  # "20 apples" for "$20"
-        if expected.noun and self.word and _singular(self.word) != _singular(expected.noun) and \
-                self.word not in _NOT_UNITS:
-            return False  # "8 arms" for "8 legs"
         if not self.readings or not expected.readings:
+            percent = [q for q in (self, expected) if q.readings and q.readings[0][0] == "percent"]
+            if percent and self.value != expected.value:  # "50%" and "0.5", "half" and "50%"
+                bare = expected if percent[0] is self else self
+                return percent[0].value / 100 == bare.value
             return self.value == expected.value
         for quantity, factor, offset in self.readings:
             for other, other_factor, other_offset in expected.readings:
@@ -472,7 +477,7 @@ def reference_quantity(reference: str) -> Quantity | None:
 # ---------------------------------------------------------------------------------------------- times and dates
 
 _CLOCK = re.compile(r"\b([01]\d|2[0-3])([0-5]\d)\s*(hours|hrs)\b|\b(\d{1,2})(?:[:.](\d{2}))?\s*(?:(a\.?\s?m\b\.?|p\.?\s?m\b\.?)|(?:oclock\s+)?in the "
-                    r"(morning|afternoon|evening|night)\b|(oclock|hours|h)\b)|\b(\d{1,2}):(\d{2})\b|"
+                    r"(morning|afternoon|evening|night)\b|(oclock|hours|h)\b)|\b(\d{1,2})[:.h](\d{2})\b(?![.,]\d)|"
                     r"\b(noon|midday|midnight)\b")
 
 
@@ -488,8 +493,8 @@ def clock_times(text: str) -> list[tuple[frozenset[int], tuple[int, int]]]:
             minutes = {720} if word in ("noon", "midday") else {0}
         elif hour24 is not None:
             hour, minute = int(hour24), int(minute24)
-            if hour > 23 or minute > 59:
-                continue
+            if hour > 23 or minute > 59 or hour <= 12 and match.group(0)[len(hour24)] == ".":
+                continue  # 19.00 is a time, 0.25 and 6.30 are numbers
             minutes = {hour * 60 + minute} if hour > 12 or hour24.startswith("0") or hour == 0 else \
                 {(hour % 12) * 60 + minute, (hour % 12 + 12) * 60 + minute}
         else:
@@ -585,7 +590,8 @@ def unsure(answer: str) -> bool:
 # the patterns committed() reads with, compiled once
 _WORDS_RE = re.compile(r"\w+")
 _ALTERNATIVE_BEFORE = re.compile(r"(?:\b(?:or|nor|either|neither|vs|versus)|\d\s*to|[/–—&])\s*$")
-_ALTERNATIVE_AFTER = re.compile(r"^\s*,?\s*(?:[/–—&]|(?:or|nor|vs|versus)\b(?!\s+so\b)|to\s+[-$€£¥\d])")
+_EXCEPT_BEFORE = re.compile(r"\b(?:anything|everything|all|nothing|any\s+\w+)\s+but\s*$")
+_ALTERNATIVE_AFTER = re.compile(r"^\s*[,(]?\s*(?:[/–—&]|(?:or|nor|vs|versus)\b(?!\s+so\b)|to\s+[-$€£¥\d])")
 _QUESTION_AFTER = re.compile(r"^\s*\?")
 _NUMBER_BEFORE = re.compile(r"\d\s+$")
 _NUMBER_AFTER = re.compile(r"^\s+-?\d")
@@ -605,6 +611,8 @@ def committed(text: str, start: int, end: int, numeric: bool = False) -> bool:
     sentence_end = next((m.start() for m in _SENTENCE.finditer(text, end)), len(text))
     before, after = text[sentence_start:start], text[end:sentence_end]
     clause = before[max((m.end() for m in _CLAUSE.finditer(before)), default=0):]
+    if _EXCEPT_BEFORE.search(text, 0, start):
+        return False  # "anything but Paris"
     if any(w in _NEGATIONS for w in _WORDS_RE.findall(clause)):
         return False  # "not Paris", "Lyon, not Paris", "I dont think it is Paris"
     if numeric and _BOUNDS.search(before):
@@ -673,6 +681,8 @@ def polarity(text: str) -> bool | None:
             return after not in _NEGATION
     if any(t in _NEGATION for t in words):
         return False
+    if words[-2:] in (["think", "so"], ["believe", "so"], ["guess", "so"], ["hope", "so"]):
+        return True  # "I think so"
     # a short affirmation without yes: "it is", "they do", "that's right" (a longer statement is not read)
     if len(words) <= 4 and (words[0] in _PRONOUN and len(words) > 1 and words[1] in _AUXILIARY
                             or words[0] in ("its", "thats", "theres")):

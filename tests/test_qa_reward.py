@@ -112,6 +112,8 @@ def test_qa_agrees_with_a_persons_verdicts_on_the_tuned_and_the_held_out_pairs()
     ("Paris Lyon Marseille Nice Toulouse", "Paris", 0.0),  # names without commas
     ("Paris, France", "Paris", 1.0),  # one place, not a list
     ("Maybe Paris", "Paris", 0.0),
+    ("Anything but Paris", "Paris", 0.0),
+    ("4 (or 5)", "4", 0.0),
     ("He moved to Paris in 1920.", "Paris", 1.0),  # "to" before a name is no range
     ("Jupiter is not the smallest planet.", "Jupiter", 1.0),  # a statement about it, not a rejection
     ("July 20, 1969", "1969", 1.0),  # the day before the year is no list
@@ -139,6 +141,8 @@ def test_qa_agrees_with_a_persons_verdicts_on_the_tuned_and_the_held_out_pairs()
     ("three quarters", "0.75", 1.0),
     ("3/4", "0.75", 1.0),
     ("\\boxed{\\frac{3}{4}}", "3/4", 1.0),
+    ("75%", "3/4", 1.0),  # a percentage for a fraction
+    ("$1M", "$1,000,000", 1.0),  # a scale letter after a currency sign
     ("none", "0", 1.0),
     ("Venus has no moons.", "0", 1.0),
     ("1.2e3", "1200", 1.0),
@@ -161,6 +165,8 @@ def test_qa_agrees_with_a_persons_verdicts_on_the_tuned_and_the_held_out_pairs()
     ("19:00", "7 pm", 1.0),
     ("7 p.m.", "7 pm", 1.0),
     ("7 am", "7 pm", 0.0),
+    ("19.00", "7 pm", 1.0),
+    ("1/4", "0.25", 1.0),  # 0.25 is a number, not 0:25
     ("20 July 1969", "July 20, 1969", 1.0),
     ("1969-07-20", "July 20, 1969", 1.0),
     ("July 1969", "July 20, 1969", 0.0),  # the day is missing
