@@ -381,6 +381,7 @@ class Quantity:
     readings: tuple[tuple[str, float, float], ...] = ()
     noun: str = ""
     word: str = ""  # the word after a number without a unit ("20 apples"): another noun, maybe
+    fraction: bool = False  # written as a fraction ("1/3")
 
     def matches(self, expected: Quantity) -> bool:
         """Whether this (the answer's) quantity is the expected one (the reference's). A bare number is read in the
@@ -395,11 +396,17 @@ class Quantity:
         if expected.readings and not self.readings and other_word:
             return False  # "20 apples" for "$20"
         if not self.readings or not expected.readings:
+            if self.value == expected.value:
+                return True
             percent = [q for q in (self, expected) if q.readings and q.readings[0][0] == "percent"]
-            if percent and self.value != expected.value:  # "50%" and "0.5", "half" and "50%"
+            if percent:  # "50%" and "0.5", "half" and "50%"
                 bare = expected if percent[0] is self else self
                 return percent[0].value / 100 == bare.value
-            return self.value == expected.value
+            if self.fraction != expected.fraction:
+                # 1/3 and 0.33: the decimal is the fraction rounded to the two or more places it writes
+                fraction, decimal = (self, expected) if self.fraction else (expected, self)
+                return decimal.places >= 2 and round(fraction.value, decimal.places) == decimal.value
+            return False
         for quantity, factor, offset in self.readings:
             for other, other_factor, other_offset in expected.readings:
                 if quantity != other:
@@ -450,7 +457,7 @@ def quantities(text: str) -> list[tuple[Quantity, tuple[int, int]]]:
             end = after.end("unit")
         elif after:
             word = after.group("word")
-        out.append((Quantity(value, _places(number), readings, word=word), (start, end)))
+        out.append((Quantity(value, _places(number), readings, word=word, fraction="/" in number), (start, end)))
     return out
 
 
@@ -471,7 +478,7 @@ def reference_quantity(reference: str) -> Quantity | None:
         return None
     if after and (quantity.readings or len(after) > 2 or any(t in _NOT_UNITS or t[0].isdigit() for t in after)):
         return None
-    return Quantity(quantity.value, quantity.places, quantity.readings, noun=" ".join(after))
+    return Quantity(quantity.value, quantity.places, quantity.readings, noun=" ".join(after), fraction=quantity.fraction)
 
 
 # ---------------------------------------------------------------------------------------------- times and dates
@@ -563,13 +570,13 @@ def _date_matches(found: frozenset[tuple], expected: frozenset[tuple]) -> bool:
 
 _UNSURE = re.compile(r"\b(?:not sure|unsure|dont know|do not know|no idea|maybe|perhaps|possibly|uncertain|"
                      r"not certain|could be|might be|may be|hard to say|difficult to say|cannot say|cant say|"
-                     r"cannot tell|cant tell|i guess|either)\b")
+                     r"cannot tell|cant tell|i guess)\b")
 _NEGATIONS = {"not", "isnt", "arent", "wasnt", "werent", "doesnt", "dont", "didnt", "cannot", "cant", "wont",
               "never", "neither", "nor", "no", "hardly", "except", "excluding", "instead", "rather", "besides",
               "hasnt", "havent", "hadnt", "shouldnt", "couldnt", "wouldnt", "aint", "nothing"}
 _BOUNDS = re.compile(r"(?:\b(?:more|less|fewer|greater|higher|lower|larger|smaller|bigger|longer|shorter|older|"
                      r"younger|earlier|later|other)\s+than|\bat\s+(?:least|most)|\bup\s+to|\bover|\bunder|\babove|"
-                     r"\bbelow|\bnearly|\balmost|\bbetween|\bfrom|\bexceeding|\bupwards\s+of|\bbeyond|"
+                     r"\bbelow|\bnearly|\balmost|\bbetween|\bexceeding|\bupwards\s+of|\bbeyond|"
                      r"\bno\s+more\s+than|\bbefore|\bafter|\bsince|\buntil|\btill|[<>≤≥~]=?\s*(?=$)|\bexcept)"
                      r"\s*$")
 _AFTER_BOUND = re.compile(r"^\s*(?:\+|or\s+(?:more|less|fewer|above|below|higher|lower|over|under|greater|later|"

@@ -115,6 +115,9 @@ def test_qa_agrees_with_a_persons_verdicts_on_the_tuned_and_the_held_out_pairs()
     ("Anything but Paris", "Paris", 0.0),
     ("4 (or 5)", "4", 0.0),
     ("He moved to Paris in 1920.", "Paris", 1.0),  # "to" before a name is no range
+    ("Either way, it is Paris", "Paris", 1.0),  # "either" without "or" is no alternative
+    ("It was made from 100 parts", "100", 1.0),  # "from" without "to" is no range
+    ("from 6 to 8", "8", 0.0),
     ("Jupiter is not the smallest planet.", "Jupiter", 1.0),  # a statement about it, not a rejection
     ("July 20, 1969", "1969", 1.0),  # the day before the year is no list
     # another unit or currency is another answer; a bare number is read in the reference's unit
@@ -142,6 +145,8 @@ def test_qa_agrees_with_a_persons_verdicts_on_the_tuned_and_the_held_out_pairs()
     ("3/4", "0.75", 1.0),
     ("\\boxed{\\frac{3}{4}}", "3/4", 1.0),
     ("75%", "3/4", 1.0),  # a percentage for a fraction
+    ("0.33", "1/3", 1.0),  # the fraction rounded to the places written
+    ("0.3", "1/3", 0.0),  # ... two places at least
     ("$1M", "$1,000,000", 1.0),  # a scale letter after a currency sign
     ("none", "0", 1.0),
     ("Venus has no moons.", "0", 1.0),
