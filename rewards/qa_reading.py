@@ -594,6 +594,21 @@ def unsure(answer: str) -> bool:
     return bool(_UNSURE.search(answer))
 
 
+# Countries and states that close a place written from small to large ("Paris, Ile-de-France, France"): such an
+# answer is one place, not a list of candidates.
+_REGIONS = frozenset(normalise(name) for name in """United States|United Kingdom|England|Scotland|Wales|Ireland|
+Northern Ireland|Canada|Mexico|Brazil|Argentina|Chile|Peru|Colombia|Venezuela|France|Germany|Italy|Spain|Portugal|
+Netherlands|Belgium|Switzerland|Austria|Poland|Czech Republic|Czechia|Hungary|Greece|Turkey|Sweden|Norway|Denmark|
+Finland|Iceland|Russia|Ukraine|Romania|Bulgaria|Serbia|Croatia|China|Japan|South Korea|Korea|North Korea|India|
+Pakistan|Bangladesh|Indonesia|Philippines|Vietnam|Thailand|Malaysia|Singapore|Australia|New Zealand|Egypt|Nigeria|
+Kenya|South Africa|Ethiopia|Morocco|Algeria|Ghana|Tanzania|Israel|Iran|Iraq|Saudi Arabia|United Arab Emirates|
+Europe|Asia|Africa|North America|South America|Oceania|Alabama|Alaska|Arizona|Arkansas|California|Colorado|
+Connecticut|Delaware|Florida|Georgia|Hawaii|Idaho|Illinois|Indiana|Iowa|Kansas|Kentucky|Louisiana|Maine|Maryland|
+Massachusetts|Michigan|Minnesota|Mississippi|Missouri|Montana|Nebraska|Nevada|New Hampshire|New Jersey|New Mexico|
+New York|North Carolina|North Dakota|Ohio|Oklahoma|Oregon|Pennsylvania|Rhode Island|South Carolina|South Dakota|
+Tennessee|Texas|Utah|Vermont|Virginia|Washington|West Virginia|Wisconsin|Wyoming|Ontario|Quebec|British Columbia|
+Alberta|Bavaria""".replace("\n", "").split("|"))
+
 # the patterns committed() reads with, compiled once
 _WORDS_RE = re.compile(r"\w+")
 _ALTERNATIVE_BEFORE = re.compile(r"(?:\b(?:or|nor|either|neither|vs|versus)|\d\s*to|[/–—&])\s*$")
@@ -646,13 +661,16 @@ def committed(text: str, start: int, end: int, numeric: bool = False) -> bool:
     others = (_COMMA.split(before.strip()) if _COMMA_BEFORE.search(before) else []) + \
         (_COMMA.split(after.strip()) if _COMMA_AFTER.match(after) else [])
     others = [i for i in others if i and not _NEGATIONS & set(_WORDS_RE.findall(i))]  # "Paris, not Lyon" is one
-    if len(others) >= 2 and all(len(i.split()) <= 3 for i in others):
+    last = others[-1].strip(" .!") if others else ""
+    place = last in _REGIONS and text[start:end] not in _REGIONS  # "New York City, New York, USA" is one place
+    if len(others) >= 2 and all(len(i.split()) <= 3 for i in others) and not place:
         return False
     # an answer that is nothing but short items, one per line or sentence: "Paris. Lyon. Nice." lists candidates
     rest = text[:start] + " \0 " + text[end:]
     items = [i for i in _ITEM_SEPARATOR.split(rest)
              if i.strip() and not _NEGATIONS & set(_WORDS_RE.findall(i))]
-    return not (len(items) >= 3 and all(len(i.split()) <= 3 for i in items) and len(rest.split()) <= 12)
+    place = place or items and items[-1].strip(" .!") in _REGIONS and text[start:end] not in _REGIONS
+    return place or not (len(items) >= 3 and all(len(i.split()) <= 3 for i in items) and len(rest.split()) <= 12)
 
 
 # ---------------------------------------------------------------------------------------------------- yes / no
@@ -772,9 +790,14 @@ _FUNCTION_WORDS = {"is", "was", "are", "were", "the", "a", "an", "of", "in", "on
                    "for", "with", "from", "as", "at", "which", "who", "that", "this", "i", "answer", "be"}
 
 
+_PUNCTUATION = re.compile(r"[,;:()]")
+
+
 def _bag_of_names(answer: str, reference_words: int) -> bool:
     """A short answer of capitalised words and nothing else, three or more beyond the reference: "Paris Lyon
     Marseille Nice" names candidates without a comma."""
+    if _PUNCTUATION.search(answer):
+        return False  # "Austin, Texas, United States" is one place written out; commas are read by committed()
     words = _WORDS_RE.findall(answer)
     return len(words) - reference_words >= 3 and len(words) <= 8 and all(w[0].isupper() or w[0].isdigit() for w in words) \
         and not _FUNCTION_WORDS & {w.lower() for w in words}

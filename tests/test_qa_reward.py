@@ -111,6 +111,8 @@ def test_qa_agrees_with_a_persons_verdicts_on_the_tuned_and_the_held_out_pairs()
     ("Paris. Lyon. Nice.", "Paris", 0.0),
     ("Paris Lyon Marseille Nice Toulouse", "Paris", 0.0),  # names without commas
     ("Paris, France", "Paris", 1.0),  # one place, not a list
+    ("Austin, Texas, United States.", "Austin", 1.0),  # one place from small to large
+    ("France, Germany, Spain", "France", 0.0),  # countries listed, not a place written out
     ("Maybe Paris", "Paris", 0.0),
     ("Anything but Paris", "Paris", 0.0),
     ("4 (or 5)", "4", 0.0),
