@@ -139,14 +139,14 @@ _ALIAS_WORDS = frozenset("ww wwi wwii world great united usa america britain uk 
 _FORMULAS = [
     (r"\bCO2\b", "carbon dioxide"), (r"\bCO\b", "carbon monoxide"), (r"\bH2O\b", "water"), (r"\bO2\b", "oxygen"),
     (r"\bO3\b", "ozone"), (r"\bN2\b", "nitrogen"), (r"\bH2\b", "hydrogen"), (r"\bNaCl\b", "sodium chloride"),
-    (r"\bCH4\b", "methane"), (r"\bNH3\b", "ammonia"), (r"\bH2SO4\b", "sulfuric acid"), (r"\bHCl\b", "hydrochloric acid"),
+    (r"\bCH4\b", "methane"), (r"\bNH3\b", "ammonia"), (r"\bH2SO4\b", "sulfuric acid"),
+    (r"\bHCl\b", "hydrochloric acid"),
     (r"\bAu\b", "gold"), (r"\bAg\b", "silver"), (r"\bFe\b", "iron"), (r"\bCu\b", "copper"), (r"\bPb\b", "lead"),
     (r"\bHg\b", "mercury"), (r"\bNa\b", "sodium"), (r"\bSn\b", "tin"), (r"\bZn\b", "zinc"), (r"\bNe\b", "neon"),
 ]
 _ORDINAL_WORD = "|".join(sorted(_ORDINALS, key=len, reverse=True))
 _FRACTION_WORDS = re.compile(r"\b(\d+|a|one)[\s-]+(" + "|".join(sorted(_DENOMINATORS, key=len, reverse=True))
                              + r")\b")
-_DIGITS = tuple("0123456789")
 _REWRITES = [  # in order, on lower-case text; each is tried only where one of its trigger strings is in the text
     (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b"), r"\1", ("st", "nd", "rd", "th")),  # 8th -> 8
     (re.compile(rf"\bthe\s+({_ORDINAL_WORD})\b"), lambda m: str(_ORDINALS[m.group(1)]), ("the",)),  # Henry the Eighth
@@ -189,8 +189,9 @@ def _one_pass(pairs: list[tuple[str, str]], flags: int = 0) -> functools.partial
 
 _CASED_ALIAS_SUB = _one_pass(_CASED_ALIASES)
 _FORMULA_SUB = _one_pass(_FORMULAS)
-_FORMULA_HINT = re.compile(r"[A-Z][a-z]?\d|\b(?:" + "|".join(p[2:-2] for p, _ in _FORMULAS if not p[2:-2][-1].isdigit())
-                           + r")\b")
+# a formula has a digit after an element ("CO2"); the ones without ("NaCl", "Au") are named
+_FORMULA_HINT = re.compile(r"[A-Z][a-z]?\d|\b(?:"
+                           + "|".join(p[2:-2] for p, _ in _FORMULAS if not p[2:-2][-1].isdigit()) + r")\b")
 _ALIAS_SUB = _one_pass(_ALIASES)
 
 
@@ -352,11 +353,13 @@ UNITS: dict[str, tuple[tuple[str, float, float], ...]] = {}
 for _quantity, _factors in _UNIT_TABLE.items():
     for _factor, _spellings in _factors.items():
         for _spelling in _spellings.split():
-            UNITS[_spelling.replace("_", " ")] = (*UNITS.get(_spelling.replace("_", " "), ()), (_quantity, _factor, 0.0))
+            _spelling = _spelling.replace("_", " ")  # "us_dollars": a spelling of two words
+            UNITS[_spelling] = (*UNITS.get(_spelling, ()), (_quantity, _factor, 0.0))
 for _spellings, _scale in _TEMPERATURE.items():
+    _readings = [("temperature", *_scale)] if _scale else [("temperature", *s) for s in _TEMPERATURE.values() if s]
     for _spelling in _spellings.split():
-        readings = [("temperature", *_scale)] if _scale else [("temperature", *s) for s in _TEMPERATURE.values() if s]
-        UNITS[_spelling.replace("_", " ")] = (*UNITS.get(_spelling.replace("_", " "), ()), *readings)
+        _spelling = _spelling.replace("_", " ")
+        UNITS[_spelling] = (*UNITS.get(_spelling, ()), *_readings)
 # "$5" and "5 dollars" are the same money; a few money words are written before the number too ("USD 5")
 _CURRENCY_BEFORE = r"(?:us\$|c\$|a\$|au\$|r\$|\$|€|£|¥|₹|₩|₽|usd|eur|gbp|jpy|inr|cny|rmb|chf|cad|aud|rs\.?)"
 _UNIT = "|".join(re.escape(u).replace(r"\ ", r"\s+") for u in sorted(UNITS, key=len, reverse=True))
@@ -478,12 +481,14 @@ def reference_quantity(reference: str) -> Quantity | None:
         return None
     if after and (quantity.readings or len(after) > 2 or any(t in _NOT_UNITS or t[0].isdigit() for t in after)):
         return None
-    return Quantity(quantity.value, quantity.places, quantity.readings, noun=" ".join(after), fraction=quantity.fraction)
+    return Quantity(quantity.value, quantity.places, quantity.readings, noun=" ".join(after),
+                    fraction=quantity.fraction)
 
 
 # ---------------------------------------------------------------------------------------------- times and dates
 
-_CLOCK = re.compile(r"\b([01]\d|2[0-3])([0-5]\d)\s*(hours|hrs)\b|\b(\d{1,2})(?:[:.](\d{2}))?\s*(?:(a\.?\s?m\b\.?|p\.?\s?m\b\.?)|(?:oclock\s+)?in the "
+_CLOCK = re.compile(r"\b([01]\d|2[0-3])([0-5]\d)\s*(hours|hrs)\b|"
+                    r"\b(\d{1,2})(?:[:.](\d{2}))?\s*(?:(a\.?\s?m\b\.?|p\.?\s?m\b\.?)|(?:oclock\s+)?in the "
                     r"(morning|afternoon|evening|night)\b|(oclock|hours|h)\b)|\b(\d{1,2})[:.h](\d{2})\b(?![.,]\d)|"
                     r"\b(noon|midday|midnight)\b")
 
@@ -563,7 +568,8 @@ def dates(text: str) -> list[tuple[frozenset[tuple], tuple[int, int]]]:
 
 def _date_matches(found: frozenset[tuple], expected: frozenset[tuple]) -> bool:
     """Every part the reference writes is there and the same ("July 1969" lacks the day of "July 20, 1969")."""
-    return any(all(e is None or e == f for e, f in zip(want, have, strict=True)) for want in expected for have in found)
+    return any(all(e is None or e == f for e, f in zip(want, have, strict=True))
+               for want in expected for have in found)
 
 
 # ---------------------------------------------------------------------------------------------------- hedges
@@ -799,8 +805,8 @@ def _bag_of_names(answer: str, reference_words: int) -> bool:
     if _PUNCTUATION.search(answer):
         return False  # "Austin, Texas, United States" is one place written out; commas are read by committed()
     words = _WORDS_RE.findall(answer)
-    return len(words) - reference_words >= 3 and len(words) <= 8 and all(w[0].isupper() or w[0].isdigit() for w in words) \
-        and not _FUNCTION_WORDS & {w.lower() for w in words}
+    return len(words) - reference_words >= 3 and len(words) <= 8 and \
+        all(w[0].isupper() or w[0].isdigit() for w in words) and not _FUNCTION_WORDS & {w.lower() for w in words}
 
 
 def read_answer(answer: str, reference: str, contains: bool = True, short_answer_words: int = 5) -> float:
@@ -811,7 +817,8 @@ def read_answer(answer: str, reference: str, contains: bool = True, short_answer
     plain = normalise(answer)
     if unsure(plain) and not unsure(normalise(reference)):  # a reference "maybe" is an answer, not a hedge
         return 0.0
-    variants = (plain, normalise(answer, formulas=True)) if _FORMULA_HINT.search(answer.translate(_SUBSCRIPT)) else (plain,)
+    formula = _FORMULA_HINT.search(answer.translate(_SUBSCRIPT))
+    variants = (plain, normalise(answer, formulas=True)) if formula else (plain,)
     for text in dict.fromkeys(variants):
         if kind == "quantity" and expected.value == 0:
             text = _NO_COUNT.sub("0 ", text)  # "Venus has no moons" for 0
