@@ -263,6 +263,8 @@ def _exact(text: str) -> Fraction:
     sign, whole, decimals, exponent = match.groups()
     value = Fraction(int((whole or "0") + (decimals or "")), 10 ** len(decimals or ""))
     if exponent:
+        if abs(int(exponent)) > 400:  # beyond any float, and 10 ** 10 ** 8 would take minutes
+            raise ValueError(text)
         value *= Fraction(10) ** int(exponent)
     return -value if sign else value
 
@@ -434,8 +436,8 @@ def _singular(word: str) -> str:
 
 
 def _places(number: str) -> int:
-    mantissa, _, exponent = number.partition("e")
-    decimals = len(mantissa.split(".", 1)[1].split("/")[0]) if "." in mantissa else 0
+    mantissa, _, exponent = number.split("/")[0].partition("e")  # the numerator of "1.5e1/2" holds its precision
+    decimals = len(mantissa.split(".", 1)[1]) if "." in mantissa else 0
     return decimals - int(exponent or 0)
 
 
@@ -615,15 +617,16 @@ New York|North Carolina|North Dakota|Ohio|Oklahoma|Oregon|Pennsylvania|Rhode Isl
 Tennessee|Texas|Utah|Vermont|Virginia|Washington|West Virginia|Wisconsin|Wyoming|Ontario|Quebec|British Columbia|
 Alberta|Bavaria""".replace("\n", "").split("|"))
 
+_REACH = 300
 # the patterns committed() reads with, compiled once
 _WORDS_RE = re.compile(r"\w+")
 _ALTERNATIVE_BEFORE = re.compile(r"(?:\b(?:or|nor|either|neither|vs|versus)|\d\s*to|[/–—&])\s*$")
 _EXCEPT_BEFORE = re.compile(r"\b(?:anything|everything|all|nothing|any\s+\w+)\s+but\s*$")
 _ALTERNATIVE_AFTER = re.compile(r"^\s*[,(]?\s*(?:[/–—&]|(?:or|nor|vs|versus)\b(?!\s+so\b)|to\s+[-$€£¥\d])")
-_QUESTION_AFTER = re.compile(r"^\s*\?")
+_QUESTION_AFTER = re.compile(r"\s*\?")
 _NUMBER_BEFORE = re.compile(r"\d\s+$")
 _NUMBER_AFTER = re.compile(r"^\s+-?\d")
-_LIST_AFTER = re.compile(r"^(?:\s*,\s*[^,]+?)+?,?\s+(?:or|nor)\s+\S")
+_OR_WORD = re.compile(r"\b(?:or|nor)\s+\S")
 _AND_BEFORE = re.compile(r"(?:^|\s)and\s*$")
 _AND_AFTER = re.compile(r"^\s*(?:,\s*)?and\s+(\w+)")
 _COMMA = re.compile(r"\s*,\s*")
@@ -635,30 +638,34 @@ _ITEM_SEPARATOR = re.compile(r"\s*(?:[,;/\n?!]|(?<!\d)\.(?!\d)|\b(?:and|or)\b)\s
 def committed(text: str, start: int, end: int, numeric: bool = False) -> bool:
     """Whether the answer commits to what stands at text[start:end]: it is not negated, one of several candidates
     or (`numeric`: a number, date or time) bounded or one end of a range. `text` is normalised."""
-    sentence_start = max((m.end() for m in _SENTENCE.finditer(text, 0, start)), default=0)
-    sentence_end = next((m.start() for m in _SENTENCE.finditer(text, end)), len(text))
+    # the sentence around it, at most _REACH characters each side: a long answer with many matches stays linear
+    low, high = max(0, start - _REACH), min(len(text), end + _REACH)
+    sentence_start = max((m.end() for m in _SENTENCE.finditer(text, low, start)), default=low)
+    sentence_end = next((m.start() for m in _SENTENCE.finditer(text, end, high)), high)
     before, after = text[sentence_start:start], text[end:sentence_end]
     clause = before[max((m.end() for m in _CLAUSE.finditer(before)), default=0):]
-    if _EXCEPT_BEFORE.search(text, 0, start):
+    tail = before[-40:]  # the patterns that end where the match starts read only this far back
+    if _EXCEPT_BEFORE.search(text[max(low, start - 40):start]):  # across the sentence's "but"
         return False  # "anything but Paris"
     if any(w in _NEGATIONS for w in _WORDS_RE.findall(clause)):
         return False  # "not Paris", "Lyon, not Paris", "I dont think it is Paris"
-    if numeric and _BOUNDS.search(before):
+    if numeric and _BOUNDS.search(tail):
         return False  # "more than 100", "between 6 and 10"
     bound = _AFTER_BOUND.match(after)
     if bound and bound.group("approximate") is None and (numeric or bound.group(0).strip()[:1] not in "+ap"):
         return False  # "100+", "100 or more", "Paris is not the answer"
-    if _ALTERNATIVE_BEFORE.search(before):
+    if _ALTERNATIVE_BEFORE.search(tail):
         return False  # "6 or 8", "either 6 or 8", "Paris/Lyon", "6–8", "6 to 8"
     if _ALTERNATIVE_AFTER.match(after):
         return False  # "8 or 10", "6–8", "Paris/Lyon", "9, 10, or 11"
-    if _QUESTION_AFTER.match(text[end:]):
+    if _QUESTION_AFTER.match(text, end):
         return False  # "Canada? Mexico?"
-    if numeric and (_NUMBER_BEFORE.search(before) or _NUMBER_AFTER.match(after)):
+    if numeric and (_NUMBER_BEFORE.search(tail) or _NUMBER_AFTER.match(after)):
         return False  # "4 5", "1 2 3 4 5"
-    if _LIST_AFTER.match(after):
+    or_word = _OR_WORD.search(after) if _COMMA_AFTER.match(after) else None
+    if or_word and all(len(item.split()) <= 3 for item in after[:or_word.start()].split(",")):
         return False  # "6, 8 or 10", "Jupiter, Saturn, Uranus or Neptune"
-    if _AND_BEFORE.search(before) and len(_WORDS_RE.findall(before)) <= 4:
+    if _AND_BEFORE.search(tail) and len(_WORDS_RE.findall(before)) <= 4:
         return False  # "Marlowe and Shakespeare"
     following = _AND_AFTER.match(after)
     if following and following.group(1) not in _PRONOUNS and len(_WORDS_RE.findall(after)) <= 4:
@@ -672,6 +679,8 @@ def committed(text: str, start: int, end: int, numeric: bool = False) -> bool:
     if len(others) >= 2 and all(len(i.split()) <= 3 for i in others) and not place:
         return False
     # an answer that is nothing but short items, one per line or sentence: "Paris. Lyon. Nice." lists candidates
+    if len(text) > 200:
+        return True
     rest = text[:start] + " \0 " + text[end:]
     items = [i for i in _ITEM_SEPARATOR.split(rest)
              if i.strip() and not _NEGATIONS & set(_WORDS_RE.findall(i))]
@@ -809,6 +818,10 @@ def _bag_of_names(answer: str, reference_words: int) -> bool:
         all(w[0].isupper() or w[0].isdigit() for w in words) and not _FUNCTION_WORDS & {w.lower() for w in words}
 
 
+# matches looked at in one answer: one that names the reference this often without committing does not commit
+_MOST_MATCHES = 50
+
+
 def read_answer(answer: str, reference: str, contains: bool = True, short_answer_words: int = 5) -> float:
     """The score of a model's answer against one reference (not yes / no): 1.0 when the answer commits to the
     reference's date, time of day, quantity or words (anywhere, with `contains`; else as the whole answer), 0.0
@@ -829,15 +842,15 @@ def read_answer(answer: str, reference: str, contains: bool = True, short_answer
         elif kind == "quantity":
             found = [span for quantity, span in quantities(text) if quantity.matches(expected)]
         else:
-            words = [t for t, _, _ in tokens(text)]
             spans = tokens(text)
-            n = len(expected)
+            words = [t for t, _, _ in spans]
+            n, first = len(expected), expected[0] if expected else None
             found = [(spans[i][1], spans[i + n - 1][2]) for i in range(len(words) - n + 1)
-                     if tuple(words[i:i + n]) == expected]
+                     if words[i] == first and tuple(words[i:i + n]) == expected]
         numeric = kind != "text"
         if not numeric and _bag_of_names(answer, len(expected)):
             continue
-        for start, end in found:
+        for start, end in found[:_MOST_MATCHES]:
             if not committed(text, start, end, numeric=numeric):
                 continue
             allowed = _APPROXIMATE | set(expected.noun.split()) if kind == "quantity" else _APPROXIMATE

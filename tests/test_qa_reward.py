@@ -186,6 +186,20 @@ def test_qa_reads_hedges_units_aliases_and_number_spellings_as_a_person_does(com
     assert QA()(completions=[conv(completion)], answer=[answer]) == [expected]
 
 
+def test_qa_stays_fast_and_whole_on_long_or_odd_answers():
+    """A completion that repeats a hedge thousands of times is read in linear time (a pattern that backtracked took
+    seconds on twenty "Paris," in a row), and odd numbers neither raise nor hang."""
+    import time
+
+    qa = QA()
+    start = time.perf_counter()
+    assert qa.score_one(" ".join(["Paris,"] * 2000), "Paris") == 0.0  # a list, however long
+    assert qa.score_one(" ".join(["1 or"] * 2000), "1") == 0.0
+    assert qa.score_one("1e99999999 and 10^99999999", "5") == 0.0  # an exponent no number needs
+    assert qa.score_one("1.5e1/2", "7.5") == 1.0  # a fraction in scientific notation
+    assert time.perf_counter() - start < 5
+
+
 def test_long_references_score_token_f1_and_a_missing_answer_is_not_scored():
     reference = "a rock band formed in Liverpool in 1960"  # 7 tokens without the article
     predicted = "a band from Liverpool"
