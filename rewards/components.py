@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from config.errors import UsageError
 from rewards.base import RewardComponent, RewardError, check_reward_output, prompt_text
+from rewards.qa_reading import polarity, qa_f1, qa_tokens, read_answer, reference_words  # noqa: F401 (re-exported)
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
@@ -115,232 +116,28 @@ class Accuracy(RewardComponent):
         return out
 
 
-_QA_TOKEN = re.compile(r"(?<![\w.])-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)|\w+")
-_ARTICLES = {"a", "an", "the"}
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
-
-
-def _canonical_number(token: str) -> str | None:
-    """'1,000' -> '1000', '3.50' -> '3.5', '.5' -> '0.5': one spelling per number, so numbers compare as numbers."""
-    from decimal import Decimal, InvalidOperation
-
-    try:
-        value = Decimal(token.replace(",", ""))
-    except InvalidOperation:
-        return None
-    text = format(value.normalize(), "f")
-    return "0" if text in ("-0", "") else text
-
-
-_SMALL = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen".split())}
-_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if i > 1}
-_SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
-_SPELLED = re.compile(r"\b(?:(?:a|one)\s+(?:hundred|thousand|million|billion)|" + "|".join(
-    sorted([*_SMALL, *_TENS, *_SCALES], key=len, reverse=True)) + r")\b(?:(?:\s+|-|\s+and\s+)(?:" + "|".join(
-    sorted([*_SMALL, *_TENS, *_SCALES], key=len, reverse=True)) + r")\b)*", re.IGNORECASE)
-_DIGIT_SCALE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(k|thousand|million|billion|bn)\b", re.IGNORECASE)
-
-
-def _spelled_value(words: str) -> int | None:
-    """'twenty-one' -> 21, 'a hundred' -> 100, 'two thousand five hundred' -> 2500; None if not one number."""
-    total = current = 0
-    last = ""
-    for word in re.split(r"[\s-]+", words.lower()):
-        if word == "and":
-            continue
-        if word in ("a", "one") and last == "":
-            current, last = 1, "unit"
-        elif word in _SMALL and last in ("", "tens", "scale"):
-            current, last = current + _SMALL[word], "unit"
-        elif word in _TENS and last in ("", "scale"):
-            current, last = current + _TENS[word], "tens"
-        elif word == "hundred" and last in ("unit", "tens") and current % 100:
-            current, last = current * 100, "scale"
-        elif word in _SCALES and word != "hundred" and last in ("unit", "tens", "scale") and current:
-            total, current, last = total + current * _SCALES[word], 0, "scale"
-        else:
-            return None
-    return total + current
-
-
-def spell_numbers(text: str) -> str:
-    """Numbers written in words or with a scale as digits: 'twenty-one' -> '21', 'a hundred' -> '100', 'two
-    thousand' -> '2000', '1k' / '1 thousand' -> '1000', '2.5 million' -> '2500000'. A run of words that is not one
-    number ('one two') is left as it is."""
-    def words(match: re.Match) -> str:
-        value = _spelled_value(match.group(0))
-        return match.group(0) if value is None else str(value)
-
-    def scaled(match: re.Match) -> str:
-        from decimal import Decimal
-
-        factor = 10**9 if match.group(2).lower() == "bn" else _SCALES.get(match.group(2).lower(), 1000)
-        return format((Decimal(match.group(1)) * factor).normalize(), "f")
-
-    return _DIGIT_SCALE.sub(scaled, _SPELLED.sub(words, text))
-
-
-def qa_tokens(text: str) -> list[str]:
-    """SQuAD's answer normalisation as tokens: lower case, punctuation and the articles a / an / the dropped,
-    apostrophes joined ("Kenya's" -> "kenyas"), every number in one spelling ('1,000' = '1000', '3.50' = '3.5',
-    'three' = '3', 'twenty-one' = '21', 'a hundred' = '100', '1k' = '1000'). Unicode words (Korean, accents) are
-    kept as they are."""
-    tokens = []
-    for token in _QA_TOKEN.findall(spell_numbers(text.lower().replace("'", "").replace("\u2019", ""))):
-        if token[0].isdigit() or token[0] in "-.":
-            token = _canonical_number(token) or token
-        token = _NUMBER_WORDS.get(token, token)
-        if token not in _ARTICLES:
-            tokens.append(token)
-    return tokens
-
-
-# Units of a short numeric answer: spelling -> (quantity, factor to the quantity's base unit). A different unit of
-# the same quantity is converted ("2 kg" = "2000 g", "2 hours" = "120 minutes"): a person marking answers accepts
-# either. Units whose conversion is inexact or ambiguous (miles, pounds, °F, months, years) are their own quantity.
-_UNIT_TABLE = {
-    "mass": {1e-3: "mg milligram milligrams milligramme milligrammes", 1.0: "g gr gram grams gramme grammes",
-             1e3: "kg kgs kilo kilos kilogram kilograms kilogramme kilogrammes", 1e6: "t tonne tonnes"},
-    "length": {1e-3: "mm millimetre millimetres millimeter millimeters", 1e-2: "cm centimetre centimetres "
-               "centimeter centimeters", 1.0: "m metre metres meter meters", 1e3: "km kms kilometre kilometres "
-               "kilometer kilometers"},
-    "time": {1e-3: "ms millisecond milliseconds", 1.0: "s sec secs second seconds", 60.0: "min mins minute minutes",
-             3600.0: "h hr hrs hour hours", 86400.0: "day days", 604800.0: "week weeks"},
-    "volume": {1e-3: "ml millilitre millilitres milliliter milliliters", 1.0: "l litre litres liter liters"},
-    "percent": {1.0: "% percent per_cent pct"},
-    "usd": {1.0: "$ dollar dollars usd us_dollars"}, "eur": {1.0: "€ euro euros eur"}, "gbp": {1.0: "£ gbp"},
-    "celsius": {1.0: "°c degrees_celsius degree_celsius celsius ºc"},
-    "fahrenheit": {1.0: "°f degrees_fahrenheit degree_fahrenheit fahrenheit ºf"},
-    "degrees": {1.0: "° degree degrees º"},  # bare degrees: either scale, or an angle
-    "mile": {1.0: "mi mile miles"}, "lb": {1.0: "lb lbs"}, "year": {1.0: "year years yr yrs"},
-    "month": {1.0: "month months"}, "kmh": {1.0: "km/h kmh kph km_per_hour kilometres_per_hour"},
-    "mph": {1.0: "mph miles_per_hour"},
-}
-UNITS = {spelling.replace("_", " "): (quantity, factor) for quantity, factors in _UNIT_TABLE.items()
-         for factor, spellings in factors.items() for spelling in spellings.split()}
-_UNIT = "|".join(re.escape(u).replace(r"\ ", r"\s+") for u in sorted(UNITS, key=len, reverse=True))
-_QUANTITY = re.compile(r"(?P<currency>[$€£])?\s?(?P<number>(?<![\w.])-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))"
-                       rf"(?:\s?(?P<unit>{_UNIT})(?![\w/]))?", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Quantity:
-    """A number with the unit written beside it (quantity None: a bare number)."""
-
-    value: float
-    quantity: str | None = None
-    factor: float = 1.0
-
-    def same_as(self, other: Quantity) -> bool:
-        """A bare number is read in the other's unit; units compare within their quantity (bare degrees match a
-        temperature scale); other quantities never match."""
-        if self.quantity is None or other.quantity is None:
-            return math.isclose(self.value, other.value, rel_tol=1e-9, abs_tol=1e-9)
-        if self.quantity != other.quantity and "degrees" not in (self.quantity, other.quantity):
-            return False
-        if "degrees" in (self.quantity, other.quantity) and not {self.quantity, other.quantity} <= {
-                "degrees", "celsius", "fahrenheit"}:
-            return False
-        return math.isclose(self.value * self.factor, other.value * other.factor, rel_tol=1e-9, abs_tol=1e-9)
-
-
-def quantities(text: str) -> list[tuple[Quantity, tuple[int, int]]]:
-    """Every number in `text` (words and scales as digits first) with its unit when one follows (or a currency sign
-    leads), and where it stands in the spelled-out text."""
-    spelled = spell_numbers(text.replace("\u2019", "'"))
-    out = []
-    for match in _QUANTITY.finditer(spelled):
-        value = normalise_number(match.group("number"))
-        if value is None:
-            continue
-        unit = match.group("unit") or match.group("currency")
-        quantity, factor = UNITS.get(re.sub(r"\s+", " ", unit.lower()), (None, 1.0)) if unit else (None, 1.0)
-        out.append((Quantity(value, quantity, factor), match.span()))
-    return out
-
-
-def _quantity_answer(text: str) -> Quantity | None:
-    """A reference that is one quantity and nothing else ("2000 g", "$5", "twenty-one", "5 km"), else None."""
-    found = quantities(text)
-    if len(found) != 1:
-        return None
-    spelled = spell_numbers(text.replace("\u2019", "'"))
-    start, end = found[0][1]
-    rest = qa_tokens(spelled[:start] + " " + spelled[end:])
-    return found[0][0] if not [t for t in rest if t not in ("about", "approximately", "around", "roughly")] else None
-
-
-# Yes / no answers are read for their polarity, not their words: "not yes" is no, "it is not" is no.
-_YES = {"yes", "yeah", "yep", "yup", "true", "correct", "right", "affirmative", "indeed"}
-_NO = {"no", "nope", "nah", "false", "incorrect", "wrong", "negative"}
-_EMPHASIS = {"definitely", "certainly", "absolutely", "surely", "course"}  # "definitely not" is no
-_NEGATION = {"not", "isnt", "arent", "wasnt", "werent", "doesnt", "dont", "didnt", "cannot", "cant", "wont",
-             "never", "hasnt", "havent", "hadnt", "shouldnt", "couldnt", "wouldnt", "neither", "nor", "none"}
-_UNSURE = re.compile(r"\b(?:not sure|unsure|dont know|do not know|no idea|maybe|perhaps|possibly|uncertain|unclear|"
-                     r"cannot (?:tell|say|be sure)|cant (?:tell|say|be sure)|depends|not certain)\b")
-_PRONOUN = {"it", "they", "he", "she", "i", "we", "you", "that", "this", "there"}
-_AUXILIARY = {"is", "are", "was", "were", "does", "do", "did", "can", "will", "has", "have", "had", "should",
-              "would", "could", "must", "its", "thats", "theres"}
-
-
-def polarity(text: str) -> bool | None:
-    """True for a yes, False for a no, None for neither or both ('maybe', 'yes and no', a bare statement)."""
-    tokens = qa_tokens(text)
-    if not tokens or _UNSURE.search(" ".join(tokens)):
-        return None
-    for i, token in enumerate(tokens):
-        before = tokens[i - 1] if i else ""
-        after = tokens[i + 1] if i + 1 < len(tokens) else ""
-        if token in _YES or token in _NO:
-            if after in ("and", "or") and i + 2 < len(tokens) and tokens[i + 2] in (_NO if token in _YES else _YES):
-                return None  # "yes and no", "yes or no"
-            answer = token in _YES
-            return (not answer) if before in _NEGATION else answer
-        if token in _EMPHASIS:
-            return after not in _NEGATION
-    if any(t in _NEGATION for t in tokens):
-        return False
-    # a short affirmation without yes: "it is", "they do", "that's right" (a longer statement is not read)
-    if len(tokens) <= 4 and (tokens[0] in _PRONOUN and len(tokens) > 1 and tokens[1] in _AUXILIARY
-                             or tokens[0] in ("its", "thats", "theres")):
-        return True
-    return None
-
-
-def qa_f1(predicted: list[str], reference: list[str]) -> float:
-    """SQuAD's token F1 (multiset overlap of normalised tokens)."""
-    common = Counter(predicted) & Counter(reference)
-    overlap = sum(common.values())
-    if not overlap:
-        return 0.0
-    precision, recall = overlap / len(predicted), overlap / len(reference)
-    return 2 * precision * recall / (precision + recall)
-
-
-def _contains(tokens: list[str], span: list[str]) -> bool:
-    n = len(span)
-    return any(tokens[i:i + n] == span for i in range(len(tokens) - n + 1))
 
 
 @dataclass
 class QA(RewardComponent):
-    """Short text answers, scored as SQuAD / TriviaQA score them, against the row's `answer`. Both texts are
-    normalised (lower case; punctuation and a / an / the dropped; numbers in one spelling, so '1,000' = '1000' and
-    'three' = '3'). The model's answer is its last <answer>…</answer> or \\boxed{…} when it writes one, else the
-    whole completion (<think>…</think> reasoning left out). A reference of up to `short_answer_words` words scores
-    1.0 when the answer equals it or (`contains`, TriviaQA's answer-in-completion) holds it as a whole-word span,
-    else 0.0; a longer reference scores the token F1 of answer and reference (1.0 when the answer holds it whole).
-    A reference that is one number, maybe with a unit, is compared as a quantity ("2000" and "2 kg" = "2000 g");
-    a yes / no reference by polarity ("not yes" is no). No `answer` (or an empty one): None (not scored).
+    """Short text answers, scored as SQuAD / TriviaQA score them, against the row's `answer`, read as a person
+    marking them would (rewards/qa_reading.py). The model's answer is its last <answer>…</answer> or \\boxed{…} when
+    it writes one, else the whole completion (<think>…</think> reasoning left out). Both texts are written one way
+    (case, punctuation, articles; numbers in digits: '100 000' = '100,000', '1.2e3' = 1200, 'a dozen' = 12, 'three
+    quarters' = 3/4; aliases: 'USA' = 'United States', 'Henry the Eighth' = 'Henry VIII'). The reference says what
+    it asks for: a date, a time of day, a quantity (a number with maybe a unit, a currency or a noun: other units of
+    the same quantity are converted, other quantities and currencies never match) or words. A reference of up to
+    `short_answer_words` words scores 1.0 when the answer equals it or (`contains`, TriviaQA's answer-in-completion)
+    holds it, and commits to it there: a negated, bounded, ranged or listed match ("not Paris", "more than 100",
+    "6-8", "Paris or Lyon") and a hedged answer ("maybe", "not sure") score 0.0. A longer reference scores the token
+    F1 of answer and reference (1.0 when the answer holds it whole). A yes / no reference is read by polarity ("not
+    yes" is no, "sure" is yes). No `answer` (or an empty one): None (not scored).
 
-    Example: answer "Nairobi", completion "The capital of Kenya is Nairobi." -> 1.0; "Mombasa" -> 0.0;
-    answer "1,000 metres", completion "1000 metres" -> 1.0. With several accepted answers (an `answer` list in the
-    data, TriviaQA's aliases: the `answer_aliases` column), the best-matching one scores.
+    Example: answer "Nairobi", completion "The capital of Kenya is Nairobi." -> 1.0; "Mombasa" -> 0.0; "Nairobi or
+    Mombasa" -> 0.0; answer "$20", completion "twenty dollars" -> 1.0, "20 yen" -> 0.0. With several accepted
+    answers (an `answer` list in the data, TriviaQA's aliases: the `answer_aliases` column), the best-matching one
+    scores.
     """
 
     name: ClassVar[str] = "qa"
@@ -356,36 +153,25 @@ class QA(RewardComponent):
                              f"not {self.short_answer_words}.")
 
     def model_answer(self, text: str) -> str:
-        tag = re.escape(self.answer_tag)
-        tagged = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL)
-        if tagged:
-            return tagged[-1]
-        boxed = _BOXED.findall(text)
+        if "<" in text:
+            tag = re.escape(self.answer_tag)
+            tagged = re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL)
+            if tagged:
+                return tagged[-1]
+        boxed = _BOXED.findall(text) if "boxed" in text else None
         if boxed:
             return boxed[-1]
-        return _THINK.sub(" ", text)
+        return _THINK.sub(" ", text) if "<think>" in text else text
 
     def score_one(self, text: str, reference: str) -> float:
-        ref = qa_tokens(reference)
+        ref = reference_words(reference)
         if not ref:  # a reference of articles or punctuation alone: compare the texts as they are
             return float(text.strip().lower() == reference.strip().lower())
         answer = self.model_answer(text)
-        if ref in (["yes"], ["no"], ["true"], ["false"]):  # read for polarity: "not yes" is no, "nope" is no
+        if ref in (("yes",), ("no",), ("true",), ("false",)):  # read for polarity: "not yes" is no, "nope" is no
             said = polarity(answer)
             return float(said is not None and said == (ref[0] in ("yes", "true")))
-        expected = _quantity_answer(reference)
-        if expected is not None:  # a number, maybe with a unit: compared as quantities ("2 kg" = "2000 g")
-            found = quantities(answer)
-            if not self.contains:
-                whole = _quantity_answer(answer)
-                return float(whole is not None and whole.same_as(expected))
-            return float(any(q.same_as(expected) for q, _ in found))
-        predicted = qa_tokens(answer)
-        if predicted == ref or (self.contains and _contains(predicted, ref)):
-            return 1.0
-        if len(ref) <= self.short_answer_words:
-            return 0.0
-        return qa_f1(predicted, ref)
+        return read_answer(answer, reference, self.contains, self.short_answer_words)
 
     def score(self, texts, answer=None, answer_aliases=None, **_):
         from data_loader import answer_aliases as accepted_answers

@@ -43,6 +43,11 @@ def test_rewards_and_data_benchmarks_run():
     assert "second run" in _run("bench/bench_data.py")
 
 
+def test_qa_agreement_benchmark_runs():
+    out = _run("bench/bench_qa.py", "--repeat", "1")
+    assert "| dev | 160 |" in out and "| held_out | 120 |" in out and "µs in the best of 1 rounds" in out
+
+
 def test_rss_timeline_places_and_splits_the_peak(tmp_path):
     """A child that holds 200 MB of anonymous memory for a moment: the peak is seen, and counted as anonymous."""
     timeline = tmp_path / "timeline.tsv"
