@@ -406,7 +406,7 @@ class WandbRunConfig(TrainerCallback):
 
 # Metrics of grpokit/advantages.py and group_schedule.py that grpo_training.log's step lines carry.
 STEP_METRIC_PREFIXES = ("baseline/", "reward/", "dynamic_sampling/", "group_size", "frac_reward_zero_std", "code/",
-                        "eval_code/")
+                        "eval_code/", "tools/", "eval_tools/", "sft_loss")
 
 
 class LogLinesCallback(TrainerCallback):

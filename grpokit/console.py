@@ -54,6 +54,10 @@ _HARMLESS_WARNINGS = [
     (UserWarning, r".*Ignoring clean_up_tokenization_spaces", ""),
     # torch's pytree deprecation in releases that raise it as a FutureWarning instead of logging it.
     (FutureWarning, r".*register_constant\(\) on Enum subclasses is deprecated", ""),
+    # TRL marks environment_factory experimental at every trainer built with one; the CLI's tools and environments
+    # are documented as TRL's contract of the pinned release (docs/agents.md), and a run's evaluation builds a
+    # second trainer: the same notice twice per run.
+    (UserWarning, r"You are using 'environment_factory', which is an experimental feature", ""),
 ]
 
 # Set only when the user has not chosen: an explicit TRANSFORMERS_VERBOSITY=info in the environment still wins.

@@ -588,3 +588,38 @@ def test_a_tool_run_s_run_config_reads_back():
     config = GRPOConfig(model_name="smollm2-135m", tools=["calculator"], agent={"tools": ["calculator"]},
                         objective={"loss_type": "dapo"})  # what run_config.json holds beside the fields
     assert config.tools == ["calculator"]
+
+
+def test_the_model_s_mistakes_are_counted_failures_never_a_crash(tiny_tool_trainer):
+    """An unknown tool, arguments that do not fit, malformed JSON: TRL's loop answers each with its error and counts
+    it; the budget ends a rollout that keeps calling; the completion goes on."""
+    from trl.chat_template_utils import parse_response
+
+    trainer = tiny_tool_trainer
+    tokenizer = trainer.processing_class
+    prompts = [[{"role": "user", "content": "What is 3 * 4?"}] for _ in range(2)]
+    trainer._sync_tool_dicts = [{"calculator": trainer.tools[0]} for _ in prompts]
+    trainer._async_tool_dicts = [{} for _ in prompts]
+    prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
+    turns = ['<tool_call>\n{"name": "eval", "arguments": {"code": "1"}}\n</tool_call>\n'  # no such tool
+             '<tool_call>\n{"name": "calculator", "arguments": {"expr": "3 * 4"}}\n</tool_call>'  # wrong argument
+             + '\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "1"}}\n</tool_call>' * 6,
+             '<tool_call>\n{"name": "calculator", "arguments": {"expression": </tool_call>']  # malformed JSON
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    first = [tokenizer(text, add_special_tokens=False)["input_ids"] + [end] for text in turns]
+    completions = [[parse_response(tokenizer, ids, prefix=prompt_ids[i])] for i, ids in enumerate(first)]
+    assert "tool_calls" not in completions[1][0]  # malformed: plain text, no call
+    from grpokit.agents import ToolBudget
+
+    trainer.max_completion_length, trainer.tool_budget = 600, ToolBudget(calls=4, seconds=60)  # room for results
+    try:
+        _, completions, _, _, calls, failures, _ = trainer._tool_call_loop(
+            prompts, prompt_ids, [list(ids) for ids in first], completions, None, None, {})
+    finally:
+        trainer.max_completion_length, trainer.tool_budget = 8, None
+    results = [m["content"] for m in completions[0] if m["role"] == "tool"]
+    # the unknown tool fails without reaching the budget; the wrong argument spends one of its 4 calls
+    assert calls == 8 and failures == 2 + 3  # unknown tool, wrong argument, and 3 calls past the budget
+    assert "Tool eval not found" in results[0] and "expr" in results[1]
+    assert results[2:5] == ["1"] * 3 and all("tool budget" in r for r in results[5:]) and len(results) == 8
+    assert [m["role"] for m in completions[1]] == ["assistant"]  # the malformed call: no tool ran, nothing broke
