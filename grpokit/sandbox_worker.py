@@ -193,6 +193,23 @@ _ARCHES = {
         "io_getevents": 4, "io_pgetevents": 292, "inotify_init1": 26, "fanotify_init": 262, "syslog": 116,
         "memfd_secret": 447, "pidfd_getfd": 438, "process_madvise": 440}, 220, 435, (198, 199)),
 }
+# The page cache of the files every sandbox sees read-only (the interpreter, its packages, /usr) is shared with the
+# host and with every later job: a job that evicts a page (fadvise DONTNEED) or reads one in leaves a bit that a later
+# job reads back without a trace (preadv2 RWF_NOWAIT fails with EAGAIN on a page not cached, mincore and cachestat
+# list what is cached), and evicting the whole tree cost the host gigabytes of cache in seconds. Advice that only
+# moves pages in or out of the cache is accepted and ignored (advice may be ignored: honest callers see success);
+# the probes fail as on a kernel without them (glibc's preadv2 then falls back to preadv when no flag is given).
+# sysinfo reads host-wide figures an earlier job moves (free memory after it filled the cache, the load after it
+# spun, the number of tasks). A page a job *reads* still stays cached: only a timed read tells, see docs.
+_CACHE = {
+    "x86_64": {"fadvise64": 221, "readahead": 187, "mincore": 27, "cachestat": 451, "preadv2": 327,
+               "pwritev2": 328, "sysinfo": 99, "madvise": 28},
+    "aarch64": {"fadvise64": 223, "readahead": 213, "mincore": 232, "cachestat": 451, "preadv2": 286,
+                "pwritev2": 287, "sysinfo": 179, "madvise": 233},
+}
+IGNORED = ("fadvise64", "readahead")  # succeed, do nothing
+ABSENT = ("mincore", "cachestat", "preadv2", "pwritev2", "sysinfo")  # ENOSYS
+MADV_IGNORED = (20, 21)  # MADV_COLD, MADV_PAGEOUT: reclaim advice, ignored (MADV_DONTNEED is malloc's, allowed)
 # The socket families a job may open: unix (socketpair, asyncio, multiprocessing), and IPv4 / IPv6, which reach
 # nothing in the sandbox's network namespace (its loopback is down). Every other family (AF_VSOCK: the hypervisor,
 # outside any network namespace; netlink: kernel events; AF_ALG, AF_PACKET, bluetooth, ...) is refused with
@@ -201,41 +218,52 @@ SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 
 
 def seccomp_program(machine):
-    """The filter as a list of (code, jt, jf, k): kill on a foreign arch, EPERM for the denied calls (POSIX message
-    queues among them: they would outlive a job) and for clone with namespace flags, ENOSYS for clone3 (so libc
-    falls back to clone, whose flags can be checked), EAFNOSUPPORT for socket / socketpair of a family outside
+    """The filter as a list of (code, jt, jf, k): kill on a foreign arch; EPERM for the denied calls (POSIX message
+    queues among them: they would outlive a job) and for clone with namespace flags; ENOSYS for clone3 (so libc
+    falls back to clone, whose flags can be checked) and the page-cache probes (ABSENT); success without effect for
+    the cache advice (IGNORED, madvise MADV_IGNORED); EAFNOSUPPORT for socket / socketpair of a family outside
     SOCKET_FAMILIES."""
     arch, x32, denied, clone, clone3, sockets = _ARCHES[machine]
+    cache = _CACHE[machine]
     ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
-    eperm, enosys, eafnosupport = 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 97
-    numbers = sorted(set(denied.values()))
-    # layout: 0 ld arch, 1 jeq arch, 2 ret kill, 3 ld nr, [4 jge x32], numbers..., clone3, clone, socket,
-    #         socketpair, ret allow, clone-check: ld arg0, jset, ret allow, EPERM, ENOSYS,
-    #         socket-check: ld arg0, jeq family... (to allow), ret EAFNOSUPPORT, ret allow
+    errno = 0x00050000
+    # what each checked syscall number leads to: an action (a return) or a check of its arguments
+    rules = [("eperm", n) for n in sorted(set(denied.values()))]
+    rules += [("ignore", cache[name]) for name in IGNORED] + [("enosys", cache[name]) for name in ABSENT]
+    rules += [("enosys", clone3), ("clone", clone), ("madvise", cache["madvise"])]
+    rules += [("socket", n) for n in sockets]
+    # blocks, each a list of (code, jt, jf, k) where a jump target may be a later block's name (BPF jumps forward)
+    blocks = {
+        "allow": [(ret, 0, 0, allow)],
+        "clone": [(ld, 0, 0, 16), (jset, "eperm", 0, _NS_FLAGS), (ret, 0, 0, allow)],  # arg 0: the flags
+        "madvise": [(ld, 0, 0, 32)] + [(jeq, "ignore", 0, advice) for advice in MADV_IGNORED]  # arg 2: the advice
+        + [(ret, 0, 0, allow)],
+        "socket": [(ld, 0, 0, 16)] + [(jeq, "family", 0, family) for family in SOCKET_FAMILIES]  # arg 0: the family
+        + [(ret, 0, 0, errno | 97)],  # EAFNOSUPPORT
+        "family": [(ret, 0, 0, allow)],
+        "eperm": [(ret, 0, 0, errno | 1)],
+        "enosys": [(ret, 0, 0, errno | 38)],
+        "ignore": [(ret, 0, 0, errno | 0)],  # returns 0: the call "succeeded" and did nothing
+    }
     body = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
-    tests = ([("jge", x32)] if x32 else []) + [("eq", n) for n in numbers] + [("clone3", clone3), ("clone", clone)]
-    tests += [("socket", n) for n in sockets]
-    first_test = len(body)
-    allow_at = first_test + len(tests)
-    check_at = allow_at + 1
-    eperm_at = check_at + 3
-    enosys_at = eperm_at + 1
-    socket_at = enosys_at + 1
-    socket_allow_at = socket_at + 1 + len(SOCKET_FAMILIES) + 1
-    for i, (kind, value) in enumerate(tests):
-        here = first_test + i
-        target = {"jge": eperm_at, "eq": eperm_at, "clone3": enosys_at, "clone": check_at, "socket": socket_at}[kind]
-        body.append((jge if kind == "jge" else jeq, target - here - 1, 0, value))
-    body.append((ret, 0, 0, allow))
-    body += [(ld, 0, 0, 16), (jset, 1, 0, _NS_FLAGS), (ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
-    body.append((ld, 0, 0, 16))  # the family: the low 32 bits of the first argument (an int)
-    for family in SOCKET_FAMILIES:
-        body.append((jeq, socket_allow_at - len(body) - 1, 0, family))
-    body += [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
-    assert len(body) == socket_allow_at + 1
-    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in body)
-    return body
+    if x32:
+        body.append((jge, "eperm", 0, x32))
+    body += [(jeq, target, 0, number) for target, number in rules]
+    order = ["allow", "clone", "madvise", "socket", "family", "eperm", "enosys", "ignore"]
+    start, at = {}, len(body)
+    for name in order:
+        start[name] = at
+        at += len(blocks[name])
+    for name in order:
+        body += blocks[name]
+
+    def offset(target, here):
+        return target if type(target) is int else start[target] - here - 1
+
+    program = [(code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(body)]
+    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in program)
+    return program
 
 
 def install_seccomp():
