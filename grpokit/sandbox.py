@@ -126,7 +126,9 @@ for m in $RO; do
 done
 unset IFS
 mkdir -p "$R/dev" "$R/proc" "$R/tmp" "$R/.old"
-for n in null zero random urandom; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
+for n in null zero random urandom; do
+  touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; mount -o remount,bind,ro,nosuid "$R/dev/$n"
+done
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 mount -t tmpfs -o "size=${TMP_MB}m,mode=755,nosuid,nodev" sandbox-tmp "$R/tmp"
 mkdir -m 700 "$R/tmp/w"
