@@ -16,10 +16,11 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
   * namespaces: network (a loopback that is down), mount, pid (the zygote is pid 1 and ignores every signal the
     code can send it, and a daemon the code leaves behind is killed after its job), IPC (no host SysV shared memory
     or queues), UTS and cgroup;
-  * nothing between jobs: where the kernel lets the zygote make an unprivileged user namespace (`fresh_per_job`),
-    each job runs in user, pid, mount, IPC and network namespaces of its own, with its own /proc (its processes
-    only) and /tmp, all gone with it: the pid and inode counters, IPC objects and network counters a job moves
-    start afresh for the next one (grpokit/sandbox_worker.py `job_in_namespaces`); the device nodes are read-only;
+  * nothing between jobs: where the kernel lets the zygote make an unprivileged user namespace (`fresh_per_job`), each
+    job runs in user, pid, mount, IPC and network namespaces of its own, with its own /proc (its processes only) and a
+    tmpfs of its own for its directory, all gone with it: the pid and inode counters, IPC objects and network counters
+    a job moves start afresh for the next one (grpokit/sandbox_worker.py `job_in_namespaces`); the device nodes are
+    read-only;
   * a seccomp filter: no nested user or other namespaces, no ptrace or process_vm_*, no keyrings, no mounts, no
     bpf / perf / userfaultfd / io_uring / AIO / inotify / fanotify / syslog, sockets of the unix, IPv4 and IPv6
     families only (no AF_VSOCK); the page cache of the shared files can be neither probed nor evicted (fadvise,
@@ -420,7 +421,7 @@ class Sandbox:
             raise SandboxError(f"the sandbox did not start ({mode}): {err or 'no answer'}")
         self.uid = ready["uid"]
         self.seccomp = ready["seccomp"]  # "" when the filter is on, else why not
-        self.shared = str(ready.get("shared", "no answer"))  # "" when each job gets namespaces of its own, else why not
+        self.shared = str(ready.get("shared", "no answer"))  # "" where each job gets namespaces of its own, else why
         self.alive = True
 
     def _stderr_tail(self) -> str:
@@ -743,9 +744,9 @@ def protections() -> dict[str, bool | str]:
     """What this machine enforces, probed once per process with a real sandboxed job. Keys: `namespaces` ("root",
     "user" or ""), `non_root`, `private_files` (no host path visible), `read_only_fs`, `network_isolated`,
     `pid_namespace`, `ipc_namespace`, `no_nested_namespaces` (seccomp), `capabilities_dropped`, `memory_cap`,
-    `cpu_cap`, `process_limit`, `disk_limit`, `fresh_per_job` (each job gets pid, mount, IPC and network
-    namespaces, a /proc and a /tmp of its own: nothing it sets there reaches the next job), and the always-on `rlimits`, `env_allowlist`, `temp_dir`,
-    `group_kill`; `why`: what is missing and why."""
+    `cpu_cap`, `process_limit`, `disk_limit`, `fresh_per_job` (each job gets pid, mount, IPC and network namespaces, a
+    /proc and a tmpfs of its own: nothing it sets there reaches the next job), and the always-on `rlimits`,
+    `env_allowlist`, `temp_dir`, `group_kill`; `why`: what is missing and why."""
     with _LOCK:
         if "protections" in _STATE:
             return dict(_STATE["protections"])

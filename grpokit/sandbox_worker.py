@@ -3,16 +3,16 @@ and the plain-data codec both sides share. Standard library only (the environmen
 sandbox's sys.path for the code, are never imported here).
 
 Inside, the sandbox's first process (pid 1 of its pid namespace, an unprivileged uid) is a *zygote*: it ignores
-every catchable signal, marks itself non-dumpable, then waits on its control socket. Each job arrives as a header and
-four pipe ends (stdin, stdout, stderr, channel); the zygote forks a child for it, waits for it with the job's
+every catchable signal, marks itself non-dumpable, then waits on its control socket. Each job arrives as a header
+and four pipe ends (stdin, stdout, stderr, channel); the zygote forks a child for it, waits for it with the job's
 deadline, then kills every other process of the namespace (a daemon the code left behind) and answers with how the
 child ended. Where the kernel allows it (tried once at start, `probe_job_namespaces`), the child makes the job
-namespaces of its own (`job_in_namespaces`: user, pid, mount, IPC, network, with its own /proc and /tmp), so nothing
-a job sets there is seen by the next; the job's process drops the capabilities that gave and installs the seccomp
-filter (no nested namespaces, no ptrace, no keyrings, no new mounts, no host-wide resources, no page-cache probes
-or eviction, sockets of three families). Else the zygote installs the filter on itself, and after each job removes
-the job's directory, what else it wrote under /tmp and its SysV objects. A job cannot signal pid 1 of its namespace,
-cannot read its memory (non-dumpable) and never holds the control socket.
+namespaces of its own (`job_in_namespaces`: user, pid, mount, IPC, network, with its own /proc and a tmpfs for its
+directory), so nothing a job sets there is seen by the next; the job's process drops the capabilities that gave and
+installs the seccomp filter (no nested namespaces, no ptrace, no keyrings, no new mounts, no host-wide resources, no
+page-cache probes or eviction, sockets of three families). Else the zygote installs the filter on itself, and after
+each job removes the job's directory, what else it wrote under /tmp and its SysV objects. A job cannot signal pid 1
+of its namespace, cannot read its memory (non-dumpable) and never holds the control socket.
 
 A job is one of:
   * "serve": the child loads the completion's code as module `solution`, then answers requests on stdin with
@@ -315,9 +315,9 @@ def prepare_seccomp():
 # A job's own user, pid, mount, IPC and network namespaces, made by the zygote's child for each job and gone with
 # it. What the kernel keeps per namespace starts fresh for every job, so nothing one job sets there reaches the next:
 # the pid counter (a job forking k times moved the next job's pid by k), its /proc (mounted anew, showing only its
-# own processes: no /proc/stat, loadavg, meminfo or /proc/sys, whose host-wide counters a job moves), a tmpfs on
-# /tmp (its inode counter: a job creating k files moved the next job's inode numbers by k), SysV IPC, and the
-# network stack's counters (/proc/net/snmp counts the packets a job failed to send). The user namespace is what
+# own processes: no /proc/stat, loadavg, meminfo or /proc/sys, whose host-wide counters a job moves), a tmpfs for
+# its directory (its inode counter: a job creating k files moved the next job's inode numbers by k), SysV IPC, and
+# the network stack's counters (/proc/net/snmp counts the packets a job failed to send). The user namespace is what
 # lets an unprivileged zygote make the others; it maps the zygote's own uid and gid only, and every capability it
 # gives is dropped before the job's code runs, under the seccomp filter that the job's process installs.
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x20000000, \
@@ -362,12 +362,13 @@ def _enter_job_namespaces(libc):
 
 
 def _job_mounts(libc, workdir, tmp_mb):
-    """In pid 1 of the job's namespaces: its own /proc (its processes only: `subset=pid`) and its own /tmp (a tmpfs
-    of the sandbox's size, so inode numbers start afresh), with `workdir`/job in it. Returns the job's directory."""
+    """In pid 1 of the job's namespaces: its own /proc (its processes only: `subset=pid`) and its own tmpfs on
+    `workdir` (the sandbox's size, so inode numbers start afresh; /tmp around it stays the sandbox's, which the job's
+    uid cannot write), with `workdir`/job in it. Returns the job's directory."""
     flags = _MS_NOSUID | _MS_NODEV
-    _check(libc.mount(b"sandbox-job-tmp", b"/tmp", b"tmpfs", flags, f"size={tmp_mb}m,mode=755".encode()), "tmpfs")
+    _check(libc.mount(b"sandbox-job-tmp", workdir.encode(), b"tmpfs", flags, f"size={tmp_mb}m,mode=700".encode()),
+           "tmpfs")
     _check(libc.mount(b"proc", b"/proc", b"proc", flags | _MS_NOEXEC, b"subset=pid"), "proc")
-    os.makedirs(workdir, 0o700)
     job = os.path.join(workdir, "job")
     os.mkdir(job, 0o700)
     return job
@@ -387,7 +388,7 @@ def _drop_capabilities(libc):
 
 
 def job_in_namespaces(header, fds, workdir, report_fd, status_fd, tmp_mb, seccomp):
-    """The zygote's child for one job: new namespaces, then pid 1 of them, which sets up the job's /proc and /tmp,
+    """The zygote's child for one job: new namespaces, then pid 1 of them, which sets up the job's /proc and tmpfs,
     forks the job's own process (pid 2) and reaps until that one ends; its wait status goes to `status_fd`, and pid
     1's exit ends every process the job left in its namespace. `header` None: a probe (the job exits 0 at once)."""
     libc = _libc()

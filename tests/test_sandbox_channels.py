@@ -208,7 +208,8 @@ print(value)
 '''
 
 SECCOMP = pytest.mark.skipif(not PROTECTIONS["no_nested_namespaces"], reason="no seccomp filter here")
-FRESH = pytest.mark.skipif(not PROTECTIONS["fresh_per_job"], reason="jobs share namespaces here: " + PROTECTIONS["why"])
+FRESH = pytest.mark.skipif(not PROTECTIONS["fresh_per_job"],
+                           reason="jobs share namespaces here: " + str(PROTECTIONS["why"]))
 NAMESPACES = pytest.mark.skipif(not PROTECTIONS["namespaces"], reason="no namespaces here")
 PAGE_CACHE = ("page cache: fadvise + read, probed with preadv2 RWF_NOWAIT", "page cache: fadvise + read, probed "
               "with mincore", "page cache: fadvise + read, probed with cachestat")
