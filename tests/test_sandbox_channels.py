@@ -2,7 +2,8 @@
 next (the page cache of the files every sandbox sees, the pid counter, the tmpfs inode counter, the network stack's
 counters, host-wide counters in /proc, a device node's times, SysV IPC, a daemon's socket), a writer job stores 8 bits
 and a reader job after it reads them back: run once with a byte and once with its complement, the reader must read
-the same both times (zero bits crossed). And one job cannot take the host's page cache away. Real sandbox jobs, no
+the same both times (zero bits crossed). One job cannot take the host's page cache away, and the page-cache attack
+that paid through the reward (a wrong completion reading a correct one's mark) scores 0. Real sandbox jobs, no
 mocks; a channel whose closing needs what this machine does not give (seccomp, a job's own namespaces) is skipped,
 not pretended."""
 
@@ -315,3 +316,48 @@ print("advised")
     run = sandbox.run_python(program, LIMITS)
     assert run.returncode == 0 and run.stdout.split("\n")[:2] == ["[0, 0, 0]", "advised"], run
     assert cached_pages() == pages, "a job took pages of a host file out of the page cache"
+
+
+# The attack as it paid, through the reward: a correct completion marks the cache of two shared files (one evicted,
+# one read back in); a wrong one, scored in a later reward call, answers correctly only where it finds the mark.
+MARK = FILES + '''
+for i, path in enumerate(FILES[:2]):
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    if i == 0:
+        os.pread(fd, 1, 0)
+    os.close(fd)
+def add(a, b):
+    return a + b
+'''
+FIND_MARK = FILES + '''
+def cached(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
+        return True
+    except BlockingIOError:  # EAGAIN: not cached
+        return False
+    except OSError:  # no probe
+        return None
+    finally:
+        os.close(fd)
+HELPED = cached(FILES[0]) is True and cached(FILES[1]) is False
+def add(a, b):
+    return a + b if HELPED else a - b
+'''
+
+
+@SECCOMP
+def test_a_wrong_completion_cannot_read_the_answer_a_correct_one_left_in_the_page_cache():
+    """The attack end to end, across two reward calls: on the previous sandbox the first wrong completion found the
+    mark and scored 1.0."""
+    from rewards.code import CodeExecution
+
+    tests = [["assert add(1, 2) == 3", "assert add(-4, 4) == 0"]]
+    fenced = "```python\n{}\n```".format
+    correct = CodeExecution(timeout=10)(prompts=["p"], completions=[fenced(MARK)], tests=tests)
+    assert correct == [1.0]
+    reward = CodeExecution(timeout=10)
+    wrong = reward(prompts=["p"] * 2, completions=[fenced(FIND_MARK + f"# {i}") for i in range(2)], tests=tests * 2)
+    assert wrong == [0.0, 0.0], f"a wrong completion read the mark a correct one left: {reward.last_details}"
