@@ -422,6 +422,11 @@ class Sandbox:
         self.uid = ready["uid"]
         self.seccomp = ready["seccomp"]  # "" when the filter is on, else why not
         self.shared = str(ready.get("shared", "no answer"))  # "" where each job gets namespaces of its own, else why
+        if self.shared and mode != "none" and _STATE.get("protections", {}).get("fresh_per_job"):
+            # this machine gave each job its own namespaces when probed: a sandbox that cannot is a failure, not a
+            # quiet step down to jobs that share them
+            self.close()
+            raise SandboxError(f"the sandbox cannot give each job its own namespaces: {self.shared[:200]}")
         self.alive = True
 
     def _stderr_tail(self) -> str:
@@ -612,6 +617,8 @@ class Job:
         if answer.get("dirty"):
             self.sandbox.alive = False
         out, err = (bytes(self.tails[fd]).decode("utf-8", "replace") for fd in (self.stdout, self.stderr))
+        if answer.get("dirty") == sandbox_worker.NAMESPACES_FAILED:  # the code never ran: the sample is dropped
+            raise SandboxError(f"{sandbox_worker.NAMESPACES_FAILED}: {err.strip()[-200:]}")
         timed_out = bool(answer["timed_out"])
         events = answer.get("events")
         events = tuple(str(e)[:160] for e in events[:64]) if isinstance(events, list) else ()

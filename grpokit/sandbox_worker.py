@@ -324,6 +324,7 @@ CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 
     0x40000000
 JOB_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET
 SETUP_FAILED = 125  # the exit status of a job whose namespaces could not be made (its code never ran)
+NAMESPACES_FAILED = "the job's namespaces failed"  # the zygote's answer then: the sandbox failed, not the code
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 
 
@@ -1132,7 +1133,7 @@ def zygote(control_fd, workdir, pidns):
             if isinstance(answer, dict) and type(answer.get("status")) is int:
                 status = answer["status"]
             elif not timed_out:  # its namespaces could not be made, or pid 1 was killed (a memory cap)
-                dirty = "the job's namespaces failed"
+                dirty = NAMESPACES_FAILED
         os.close(status_r)
         try:  # nothing a job wrote or made is there for the next one: files, SysV IPC objects, metadata
             if shared:

@@ -361,3 +361,33 @@ def test_a_wrong_completion_cannot_read_the_answer_a_correct_one_left_in_the_pag
     reward = CodeExecution(timeout=10)
     wrong = reward(prompts=["p"] * 2, completions=[fenced(FIND_MARK + f"# {i}") for i in range(2)], tests=tests * 2)
     assert wrong == [0.0, 0.0], f"a wrong completion read the mark a correct one left: {reward.last_details}"
+
+
+@FRESH
+def test_where_a_job_cannot_get_its_own_namespaces_the_sandbox_fails_not_the_code(monkeypatch):
+    """On a machine that gave each job its own namespaces, a sandbox that cannot (its trial fails) does not start,
+    and a job whose namespaces cannot be made is the sandbox's failure: SandboxError, so the reward drops the
+    sample instead of scoring code that never ran, and never a quiet step down to jobs that share namespaces."""
+    source = sandbox.WORKER_SOURCE
+    refused = source.replace('''        _enter_job_namespaces(libc)
+        init = os.fork()''', '''        if header is not None:
+            raise OSError(1, "refused for this test")
+        _enter_job_namespaces(libc)
+        init = os.fork()''')
+    assert refused != source
+    monkeypatch.setattr(sandbox, "WORKER_SOURCE", refused)
+    box = sandbox.Sandbox(LIMITS, PROTECTIONS["namespaces"])
+    try:
+        with pytest.raises(sandbox.SandboxError, match="namespaces failed: .*refused for this test"):
+            box.job("run", LIMITS.timeout, "print('ran')").finish()
+        assert not box.alive
+    finally:
+        box.close()
+    never = source.replace('''def probe_job_namespaces(workdir, tmp_mb, seccomp):''', '''def probe_job_namespaces(workdir, tmp_mb, seccomp):
+    return "refused for this test"
+
+
+def _unused(workdir, tmp_mb, seccomp):''')
+    monkeypatch.setattr(sandbox, "WORKER_SOURCE", never)
+    with pytest.raises(sandbox.SandboxError, match="cannot give each job its own namespaces: refused for this test"):
+        sandbox.Sandbox(LIMITS, PROTECTIONS["namespaces"])
