@@ -328,12 +328,19 @@ NAMESPACES_FAILED = "the job's namespaces failed"  # the zygote's answer then: t
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 
 
+_LIBC = []
+
+
 def _libc():
+    """libc with the prototypes used here, made once (in the zygote: each job's processes inherit it)."""
     import ctypes
 
+    if _LIBC:
+        return _LIBC[0]
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    _LIBC.append(libc)
     return libc
 
 
@@ -1068,6 +1075,7 @@ def zygote(control_fd, workdir, pidns):
 
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd or environ for the children
     seccomp = prepare_seccomp()
+    _libc()  # made once here: each job's processes use the zygote's
     shared = "not pid 1 of a pid namespace"  # why jobs share the zygote's namespaces ('' where each has its own)
     if pidns:
         st = os.statvfs("/tmp")  # the sandbox's tmpfs: each job's own gets its size
