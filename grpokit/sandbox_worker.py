@@ -325,7 +325,7 @@ CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 
 JOB_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET
 SETUP_FAILED = 125  # the exit status of a job whose namespaces could not be made (its code never ran)
 NAMESPACES_FAILED = "the job's namespaces failed"  # the zygote's answer then: the sandbox failed, not the code
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
 
 
 _LIBC = []
@@ -371,9 +371,11 @@ def _enter_job_namespaces(libc):
 
 def _job_mounts(libc, workdir, tmp_mb):
     """In pid 1 of the job's namespaces: its own /proc (its processes only: `subset=pid`) and its own tmpfs on
-    `workdir` (the sandbox's size, so inode numbers start afresh; /tmp around it stays the sandbox's, which the job's
-    uid cannot write), with `workdir`/job in it. Returns the job's directory."""
+    `workdir` (the sandbox's size, so inode numbers start afresh; /tmp around it stays the sandbox's, read-only),
+    with `workdir`/job in it. Returns the job's directory."""
     flags = _MS_NOSUID | _MS_NODEV
+    # the sandbox's /tmp read-only here: a job listing it set its access time once, for a later job to read
+    _check(libc.mount(None, b"/tmp", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None), "read-only /tmp")
     _check(libc.mount(b"sandbox-job-tmp", workdir.encode(), b"tmpfs", flags, f"size={tmp_mb}m,mode=700".encode()),
            "tmpfs")
     _check(libc.mount(b"proc", b"/proc", b"proc", flags | _MS_NOEXEC, b"subset=pid"), "proc")

@@ -1,11 +1,11 @@
 """Nothing one sandboxed job sets is there for a later job. For each channel that has carried data from one job to the
 next (the page cache of the files every sandbox sees, the pid counter, the tmpfs inode counter, the network stack's
-counters, host-wide counters in /proc, a device node's times, SysV IPC, a daemon's socket), a writer job stores 8 bits
-and a reader job after it reads them back: run once with a byte and once with its complement, the reader must read
-the same both times (zero bits crossed). One job cannot take the host's page cache away, and the page-cache attack
-that paid through the reward (a wrong completion reading a correct one's mark) scores 0. Real sandbox jobs, no
-mocks; a channel whose closing needs what this machine does not give (seccomp, a job's own namespaces) is skipped,
-not pretended."""
+counters, host-wide counters in /proc, a device node's times, /tmp's access time, SysV IPC, a daemon's socket), a
+writer job stores 8 bits and a reader job after it reads them back: run once with a byte and once with its
+complement, the reader must read the same both times (zero bits crossed). One job cannot take the host's page cache
+away, and the page-cache attack that paid through the reward (a wrong completion reading a correct one's mark)
+scores 0. Real sandbox jobs, no mocks; a channel whose closing needs what this machine does not give (seccomp, a
+job's own namespaces) is skipped, not pretended."""
 
 import os
 import secrets
@@ -167,6 +167,16 @@ DEVICE_READ = '''
 import os, time
 print(int(time.time() - os.stat("/dev/null").st_mtime < 5))
 '''
+# The sandbox's /tmp, around the job's directory: listing it set its access time (once: relatime).
+TMP_WRITE = '''
+import os
+if VALUE & 1:
+    os.listdir("/tmp")
+'''
+TMP_READ = '''
+import os
+print(os.stat("/tmp").st_atime_ns)
+'''
 IPC_WRITE = '''
 import ctypes
 libc = ctypes.CDLL(None)
@@ -223,6 +233,7 @@ CHANNELS = {
     "host-wide fork counter (/proc/stat)": (FORKS_WRITE, FORKS_READ, FRESH),
     "network counters (/proc/net/snmp)": (NET_WRITE, NET_READ, FRESH),
     "times of a device node (/dev/null)": (DEVICE_WRITE, DEVICE_READ, NAMESPACES),
+    "access time of the sandbox's /tmp": (TMP_WRITE, TMP_READ, FRESH),
     "SysV shared memory": (IPC_WRITE, IPC_READ, NAMESPACES),
     "a daemon's abstract unix sockets": (DAEMON_WRITE, DAEMON_READ, NAMESPACES),
 }
@@ -383,7 +394,8 @@ def test_where_a_job_cannot_get_its_own_namespaces_the_sandbox_fails_not_the_cod
         assert not box.alive
     finally:
         box.close()
-    never = source.replace('''def probe_job_namespaces(workdir, tmp_mb, seccomp):''', '''def probe_job_namespaces(workdir, tmp_mb, seccomp):
+    probe = "def probe_job_namespaces(workdir, tmp_mb, seccomp):"
+    never = source.replace(probe, probe + '''
     return "refused for this test"
 
 
