@@ -16,9 +16,16 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
   * namespaces: network (a loopback that is down), mount, pid (the zygote is pid 1 and ignores every signal the
     code can send it, and a daemon the code leaves behind is killed after its job), IPC (no host SysV shared memory
     or queues), UTS and cgroup;
+  * nothing between jobs: where the kernel lets the zygote make an unprivileged user namespace (`fresh_per_job`), each
+    job runs in user, pid, mount, IPC and network namespaces of its own, with its own /proc (its processes only) and a
+    tmpfs of its own for its directory, all gone with it: the pid and inode counters, IPC objects and network counters
+    a job moves start afresh for the next one (grpokit/sandbox_worker.py `job_in_namespaces`); the device nodes are
+    read-only;
   * a seccomp filter: no nested user or other namespaces, no ptrace or process_vm_*, no keyrings, no mounts, no
     bpf / perf / userfaultfd / io_uring / AIO / inotify / fanotify / syslog, sockets of the unix, IPv4 and IPv6
-    families only (no AF_VSOCK); the zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
+    families only (no AF_VSOCK); the page cache of the shared files can be neither probed nor evicted (fadvise,
+    readahead and madvise COLD / PAGEOUT are ignored; mincore, cachestat, preadv2 / pwritev2 and sysinfo are
+    absent); the zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
   * cgroups (v1 memory/cpu/pids, or v2 where this process may create child groups): `memory_mb` for the whole
     sandbox (the tmpfs included), one CPU, `processes` tasks; plus per-job rlimits (CPU seconds, address space,
     file size, open files, no core files);
@@ -31,7 +38,10 @@ runs as uid 65534 when started as root, under the seccomp filter, rlimits and th
 the network and read what that uid can read. A run is then refused unless `allow_unsandboxed_code` (`unisolated()`,
 rewards/code.py `check_isolation`); `require_sandbox` also refuses where a cap is missing (`missing()`).
 
-Not a VM: the code shares the kernel. For untrusted code at scale use an external service (`SandboxFusion`).
+Not a VM: the code shares the kernel, and with it host-wide state a job can move and a later one can observe: a
+page of a shared file a job reads stays cached (a later job can time a read of it), and pipe and socket inode
+numbers come from one host-wide counter (measured: ~4-6 bits from one job to the next on an idle 2-core machine).
+For untrusted code at scale use an external service (`SandboxFusion`).
 """
 
 from __future__ import annotations
@@ -126,7 +136,9 @@ for m in $RO; do
 done
 unset IFS
 mkdir -p "$R/dev" "$R/proc" "$R/tmp" "$R/.old"
-for n in null zero random urandom; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
+for n in null zero random urandom; do
+  touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; mount -o remount,bind,ro,nosuid "$R/dev/$n"
+done
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 mount -t tmpfs -o "size=${TMP_MB}m,mode=755,nosuid,nodev" sandbox-tmp "$R/tmp"
 mkdir -m 700 "$R/tmp/w"
@@ -409,6 +421,12 @@ class Sandbox:
             raise SandboxError(f"the sandbox did not start ({mode}): {err or 'no answer'}")
         self.uid = ready["uid"]
         self.seccomp = ready["seccomp"]  # "" when the filter is on, else why not
+        self.shared = str(ready.get("shared", "no answer"))  # "" where each job gets namespaces of its own, else why
+        if self.shared and mode != "none" and _STATE.get("protections", {}).get("fresh_per_job"):
+            # this machine gave each job its own namespaces when probed: a sandbox that cannot is a failure, not a
+            # quiet step down to jobs that share them
+            self.close()
+            raise SandboxError(f"the sandbox cannot give each job its own namespaces: {self.shared[:200]}")
         self.alive = True
 
     def _stderr_tail(self) -> str:
@@ -599,6 +617,8 @@ class Job:
         if answer.get("dirty"):
             self.sandbox.alive = False
         out, err = (bytes(self.tails[fd]).decode("utf-8", "replace") for fd in (self.stdout, self.stderr))
+        if answer.get("dirty") == sandbox_worker.NAMESPACES_FAILED:  # the code never ran: the sample is dropped
+            raise SandboxError(f"{sandbox_worker.NAMESPACES_FAILED}: {err.strip()[-200:]}")
         timed_out = bool(answer["timed_out"])
         events = answer.get("events")
         events = tuple(str(e)[:160] for e in events[:64]) if isinstance(events, list) else ()
@@ -677,8 +697,8 @@ except OSError:  # not there, or closed to this uid
     out["home"] = []
 out["uid"] = os.getuid()
 out["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
-out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 out["ipc"] = os.stat("/proc/self/ns/ipc").st_ino
+out["pidns"] = os.stat("/proc/self/ns/pid").st_ino
 libc = ctypes.CDLL(None, use_errno=True)
 out["nested_userns"] = libc.unshare(0x10000000) == 0
 st = os.statvfs(".")
@@ -709,8 +729,10 @@ def _probe(mode: str) -> dict | None:
         seen = json.loads(run.stdout.strip().splitlines()[-1])
         seen["read_only"] = seen["read_only"] and not os.path.exists(os.path.join(outside, "written"))
         seen["seccomp"] = box.seccomp
+        seen["shared"] = box.shared
         seen["cgroups"] = list(box.cgroups.kinds) if box.cgroups else []
         seen["host_ipc"] = os.stat("/proc/self/ns/ipc").st_ino
+        seen["host_pidns"] = os.stat("/proc/self/ns/pid").st_ino
         return seen
     except (SandboxError, ValueError, IndexError, KeyError, OSError):
         return None
@@ -729,8 +751,9 @@ def protections() -> dict[str, bool | str]:
     """What this machine enforces, probed once per process with a real sandboxed job. Keys: `namespaces` ("root",
     "user" or ""), `non_root`, `private_files` (no host path visible), `read_only_fs`, `network_isolated`,
     `pid_namespace`, `ipc_namespace`, `no_nested_namespaces` (seccomp), `capabilities_dropped`, `memory_cap`,
-    `cpu_cap`, `process_limit`, `disk_limit`, and the always-on `rlimits`, `env_allowlist`, `temp_dir`,
-    `group_kill`; `why`: what is missing and why."""
+    `cpu_cap`, `process_limit`, `disk_limit`, `fresh_per_job` (each job gets pid, mount, IPC and network namespaces, a
+    /proc and a tmpfs of its own: nothing it sets there reaches the next job), and the always-on `rlimits`,
+    `env_allowlist`, `temp_dir`, `group_kill`; `why`: what is missing and why."""
     with _LOCK:
         if "protections" in _STATE:
             return dict(_STATE["protections"])
@@ -738,7 +761,8 @@ def protections() -> dict[str, bool | str]:
         "namespaces": "", "non_root": False, "private_files": False, "read_only_fs": False,
         "network_isolated": False, "pid_namespace": False, "ipc_namespace": False, "no_nested_namespaces": False,
         "capabilities_dropped": False, "memory_cap": False, "cpu_cap": False, "process_limit": False,
-        "disk_limit": False, "rlimits": True, "env_allowlist": True, "temp_dir": True, "group_kill": True,
+        "disk_limit": False, "fresh_per_job": False, "rlimits": True, "env_allowlist": True, "temp_dir": True,
+        "group_kill": True,
         "why": ""}
     why: list[str] = []
     mode = "none"
@@ -764,15 +788,18 @@ def protections() -> dict[str, bool | str]:
         found.update(
             namespaces=mode if mode != "none" else "", non_root=seen["uid"] != 0 or mode == "user",
             private_files=not seen["host_paths"] and not seen["home"], read_only_fs=seen["read_only"],
-            network_isolated=seen["network"] and mode != "none", pid_namespace=max(seen["pids"], default=99) < 50,
+            network_isolated=seen["network"] and mode != "none", pid_namespace=seen["pidns"] != seen["host_pidns"],
             ipc_namespace=seen["ipc"] != seen["host_ipc"], no_nested_namespaces=not seen["nested_userns"],
             capabilities_dropped=int(seen["caps"], 16) == 0,
             memory_cap=any(k in seen["cgroups"] for k in ("memory", "v2")),
             cpu_cap="cpu" in seen["cgroups"] or "v2" in seen["cgroups"],
             process_limit=bool({"pids", "v2"} & set(seen["cgroups"])) or os.geteuid() != 0,
-            disk_limit=mode != "none" and seen["disk_mb"] <= Limits().disk_mb + 1)
+            disk_limit=mode != "none" and seen["disk_mb"] <= Limits().disk_mb + 1,
+            fresh_per_job=mode != "none" and not seen["shared"])
         if seen["seccomp"]:
             why.append(seen["seccomp"])
+        if mode != "none" and seen["shared"]:
+            why.append(f"jobs share one set of namespaces ({seen['shared'][:120]})")
         if not found["memory_cap"] and os.geteuid() == 0:
             why.append("no memory cgroup could be created (cgroup v2 without delegation?)")
         if os.geteuid() != 0:
@@ -790,7 +817,8 @@ def protections() -> dict[str, bool | str]:
 _NAMES = (("non_root", "not root"), ("private_files", "no host files"), ("read_only_fs", "read-only root"),
           ("network_isolated", "no network"), ("pid_namespace", "own pids"), ("ipc_namespace", "own IPC"),
           ("no_nested_namespaces", "seccomp: no nested namespaces/ptrace"), ("memory_cap", "memory cap"),
-          ("cpu_cap", "CPU cap"), ("process_limit", "process cap"), ("disk_limit", "tmpfs size cap"))
+          ("cpu_cap", "CPU cap"), ("process_limit", "process cap"), ("disk_limit", "tmpfs size cap"),
+          ("fresh_per_job", "fresh namespaces per job"))
 
 
 def missing() -> list[str]:

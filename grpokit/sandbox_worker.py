@@ -3,12 +3,16 @@ and the plain-data codec both sides share. Standard library only (the environmen
 sandbox's sys.path for the code, are never imported here).
 
 Inside, the sandbox's first process (pid 1 of its pid namespace, an unprivileged uid) is a *zygote*: it ignores
-every catchable signal, installs a seccomp filter on itself (no nested namespaces, no ptrace, no keyrings, no new
-mounts, no host-wide resources, sockets of three families), marks itself non-dumpable,
-then waits on its control socket. Each job arrives as a header and four pipe ends (stdin, stdout, stderr, channel);
-the zygote forks a child for it, waits for it with the job's deadline, then kills every other process of the
-namespace (a daemon the code left behind), removes the job's directory and answers with how the child ended. A child
-cannot signal pid 1 of its namespace, cannot read its memory (non-dumpable) and never holds the control socket.
+every catchable signal, marks itself non-dumpable, then waits on its control socket. Each job arrives as a header
+and four pipe ends (stdin, stdout, stderr, channel); the zygote forks a child for it, waits for it with the job's
+deadline, then kills every other process of the namespace (a daemon the code left behind) and answers with how the
+child ended. Where the kernel allows it (tried once at start, `probe_job_namespaces`), the child makes the job
+namespaces of its own (`job_in_namespaces`: user, pid, mount, IPC, network, with its own /proc and a tmpfs for its
+directory), so nothing a job sets there is seen by the next; the job's process drops the capabilities that gave and
+installs the seccomp filter (no nested namespaces, no ptrace, no keyrings, no new mounts, no host-wide resources, no
+page-cache probes or eviction, sockets of three families). Else the zygote installs the filter on itself, and after
+each job removes the job's directory, what else it wrote under /tmp and its SysV objects. A job cannot signal pid 1
+of its namespace, cannot read its memory (non-dumpable) and never holds the control socket.
 
 A job is one of:
   * "serve": the child loads the completion's code as module `solution`, then answers requests on stdin with
@@ -193,6 +197,23 @@ _ARCHES = {
         "io_getevents": 4, "io_pgetevents": 292, "inotify_init1": 26, "fanotify_init": 262, "syslog": 116,
         "memfd_secret": 447, "pidfd_getfd": 438, "process_madvise": 440}, 220, 435, (198, 199)),
 }
+# The page cache of the files every sandbox sees read-only (the interpreter, its packages, /usr) is shared with the
+# host and with every later job: a job that evicts a page (fadvise DONTNEED) or reads one in leaves a bit that a later
+# job reads back without a trace (preadv2 RWF_NOWAIT fails with EAGAIN on a page not cached, mincore and cachestat
+# list what is cached), and evicting the whole tree cost the host gigabytes of cache in seconds. Advice that only
+# moves pages in or out of the cache is accepted and ignored (advice may be ignored: honest callers see success);
+# the probes fail as on a kernel without them (glibc's preadv2 then falls back to preadv when no flag is given).
+# sysinfo reads host-wide figures an earlier job moves (free memory after it filled the cache, the load after it
+# spun, the number of tasks). A page a job *reads* still stays cached: only a timed read tells, see docs.
+_CACHE = {
+    "x86_64": {"fadvise64": 221, "readahead": 187, "mincore": 27, "cachestat": 451, "preadv2": 327,
+               "pwritev2": 328, "sysinfo": 99, "madvise": 28},
+    "aarch64": {"fadvise64": 223, "readahead": 213, "mincore": 232, "cachestat": 451, "preadv2": 286,
+                "pwritev2": 287, "sysinfo": 179, "madvise": 233},
+}
+IGNORED = ("fadvise64", "readahead")  # succeed, do nothing
+ABSENT = ("mincore", "cachestat", "preadv2", "pwritev2", "sysinfo")  # ENOSYS
+MADV_IGNORED = (20, 21)  # MADV_COLD, MADV_PAGEOUT: reclaim advice, ignored (MADV_DONTNEED is malloc's, allowed)
 # The socket families a job may open: unix (socketpair, asyncio, multiprocessing), and IPv4 / IPv6, which reach
 # nothing in the sandbox's network namespace (its loopback is down). Every other family (AF_VSOCK: the hypervisor,
 # outside any network namespace; netlink: kernel events; AF_ALG, AF_PACKET, bluetooth, ...) is refused with
@@ -201,50 +222,78 @@ SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 
 
 def seccomp_program(machine):
-    """The filter as a list of (code, jt, jf, k): kill on a foreign arch, EPERM for the denied calls (POSIX message
-    queues among them: they would outlive a job) and for clone with namespace flags, ENOSYS for clone3 (so libc
-    falls back to clone, whose flags can be checked), EAFNOSUPPORT for socket / socketpair of a family outside
+    """The filter as a list of (code, jt, jf, k): kill on a foreign arch; EPERM for the denied calls (POSIX message
+    queues among them: they would outlive a job) and for clone with namespace flags; ENOSYS for clone3 (so libc
+    falls back to clone, whose flags can be checked) and the page-cache probes (ABSENT); success without effect for
+    the cache advice (IGNORED, madvise MADV_IGNORED); EAFNOSUPPORT for socket / socketpair of a family outside
     SOCKET_FAMILIES."""
     arch, x32, denied, clone, clone3, sockets = _ARCHES[machine]
+    cache = _CACHE[machine]
     ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
-    eperm, enosys, eafnosupport = 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 97
-    numbers = sorted(set(denied.values()))
-    # layout: 0 ld arch, 1 jeq arch, 2 ret kill, 3 ld nr, [4 jge x32], numbers..., clone3, clone, socket,
-    #         socketpair, ret allow, clone-check: ld arg0, jset, ret allow, EPERM, ENOSYS,
-    #         socket-check: ld arg0, jeq family... (to allow), ret EAFNOSUPPORT, ret allow
+    errno = 0x00050000
+    # what each checked syscall number leads to: an action (a return) or a check of its arguments
+    rules = [("eperm", n) for n in sorted(set(denied.values()))]
+    rules += [("ignore", cache[name]) for name in IGNORED] + [("enosys", cache[name]) for name in ABSENT]
+    rules += [("enosys", clone3), ("clone", clone), ("madvise", cache["madvise"])]
+    rules += [("socket", n) for n in sockets]
+    # blocks, each a list of (code, jt, jf, k) where a jump target may be a later block's name (BPF jumps forward)
+    blocks = {
+        "allow": [(ret, 0, 0, allow)],
+        "clone": [(ld, 0, 0, 16), (jset, "eperm", 0, _NS_FLAGS), (ret, 0, 0, allow)],  # arg 0: the flags
+        "madvise": [(ld, 0, 0, 32)] + [(jeq, "ignore", 0, advice) for advice in MADV_IGNORED]  # arg 2: the advice
+        + [(ret, 0, 0, allow)],
+        "socket": [(ld, 0, 0, 16)] + [(jeq, "family", 0, family) for family in SOCKET_FAMILIES]  # arg 0: the family
+        + [(ret, 0, 0, errno | 97)],  # EAFNOSUPPORT
+        "family": [(ret, 0, 0, allow)],
+        "eperm": [(ret, 0, 0, errno | 1)],
+        "enosys": [(ret, 0, 0, errno | 38)],
+        "ignore": [(ret, 0, 0, errno | 0)],  # returns 0: the call "succeeded" and did nothing
+    }
     body = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
-    tests = ([("jge", x32)] if x32 else []) + [("eq", n) for n in numbers] + [("clone3", clone3), ("clone", clone)]
-    tests += [("socket", n) for n in sockets]
-    first_test = len(body)
-    allow_at = first_test + len(tests)
-    check_at = allow_at + 1
-    eperm_at = check_at + 3
-    enosys_at = eperm_at + 1
-    socket_at = enosys_at + 1
-    socket_allow_at = socket_at + 1 + len(SOCKET_FAMILIES) + 1
-    for i, (kind, value) in enumerate(tests):
-        here = first_test + i
-        target = {"jge": eperm_at, "eq": eperm_at, "clone3": enosys_at, "clone": check_at, "socket": socket_at}[kind]
-        body.append((jge if kind == "jge" else jeq, target - here - 1, 0, value))
-    body.append((ret, 0, 0, allow))
-    body += [(ld, 0, 0, 16), (jset, 1, 0, _NS_FLAGS), (ret, 0, 0, allow), (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
-    body.append((ld, 0, 0, 16))  # the family: the low 32 bits of the first argument (an int)
-    for family in SOCKET_FAMILIES:
-        body.append((jeq, socket_allow_at - len(body) - 1, 0, family))
-    body += [(ret, 0, 0, eafnosupport), (ret, 0, 0, allow)]
-    assert len(body) == socket_allow_at + 1
-    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in body)
-    return body
+    if x32:
+        body.append((jge, "eperm", 0, x32))
+    body += [(jeq, target, 0, number) for target, number in rules]
+    order = ["allow", "clone", "madvise", "socket", "family", "eperm", "enosys", "ignore"]
+    start, at = {}, len(body)
+    for name in order:
+        start[name] = at
+        at += len(blocks[name])
+    for name in order:
+        body += blocks[name]
+
+    def offset(target, here):
+        return target if type(target) is int else start[target] - here - 1
+
+    program = [(code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(body)]
+    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in program)
+    return program
 
 
-def install_seccomp():
-    """Install the filter on this process (inherited by every child). Returns '' or why it could not."""
+def install_seccomp(prepared=None):
+    """Install the filter on this process (inherited by every child). Returns '' or why it could not. `prepared`:
+    what `prepare_seccomp` built (a job's process installs it without building it again)."""
+    import ctypes
+
+    prog, why = prepared or prepare_seccomp()
+    if prog is None:
+        return why
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    if libc.prctl(38, 1, None, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return f"no_new_privs refused (errno {ctypes.get_errno()})"
+    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        return f"seccomp refused (errno {ctypes.get_errno()})"
+    return ""
+
+
+def prepare_seccomp():
+    """The filter as the kernel takes it (a sock_fprog), and '' ; or None and why there is none for this machine."""
     import ctypes
 
     machine = os.uname().machine
     if machine not in _ARCHES:
-        return f"no seccomp filter for {machine}"
+        return None, f"no seccomp filter for {machine}"
 
     class Filter(ctypes.Structure):
         _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
@@ -255,13 +304,178 @@ def install_seccomp():
     program = seccomp_program(machine)
     filters = (Filter * len(program))(*[Filter(*row) for row in program])
     prog = Prog(len(program), filters)
+    prog.keep = filters  # the array must live as long as the struct that points at it
+    return prog, ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fresh namespaces for each job
+# ---------------------------------------------------------------------------------------------------------------
+
+# A job's own user, pid, mount, IPC and network namespaces, made by the zygote's child for each job and gone with
+# it. What the kernel keeps per namespace starts fresh for every job, so nothing one job sets there reaches the next:
+# the pid counter (a job forking k times moved the next job's pid by k), its /proc (mounted anew, showing only its
+# own processes: no /proc/stat, loadavg, meminfo or /proc/sys, whose host-wide counters a job moves), a tmpfs for
+# its directory (its inode counter: a job creating k files moved the next job's inode numbers by k), SysV IPC, and
+# the network stack's counters (/proc/net/snmp counts the packets a job failed to send). The user namespace is what
+# lets an unprivileged zygote make the others; it maps the zygote's own uid and gid only, and every capability it
+# gives is dropped before the job's code runs, under the seccomp filter that the job's process installs.
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x20000000, \
+    0x40000000
+JOB_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET
+SETUP_FAILED = 125  # the exit status of a job whose namespaces could not be made (its code never ran)
+NAMESPACES_FAILED = "the job's namespaces failed"  # the zygote's answer then: the sandbox failed, not the code
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
+
+
+_LIBC = []
+
+
+def _libc():
+    """libc with the prototypes used here, made once (in the zygote: each job's processes inherit it)."""
+    import ctypes
+
+    if _LIBC:
+        return _LIBC[0]
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-    if libc.prctl(38, 1, None, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-        return f"no_new_privs refused (errno {ctypes.get_errno()})"
-    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-        return f"seccomp refused (errno {ctypes.get_errno()})"
-    return ""
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    _LIBC.append(libc)
+    return libc
+
+
+def _check(result, what):
+    import ctypes
+
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _enter_job_namespaces(libc):
+    """In the zygote's child: new namespaces for what it forks next (that child is pid 1 of the new pid namespace),
+    the zygote's uid and gid mapped to themselves."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc.unshare(JOB_NAMESPACES), "unshare")
+    libc.prctl(4, 1, 0, 0, 0)  # dumpable for a moment: a non-dumpable process's /proc/self/uid_map is root's
+    try:  # fails where the zygote is uid 0 of its user namespace ("user" mode): only a creator holding CAP_SETFCAP
+        # may map the parent's uid 0
+        for name, text in (("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    except OSError as err:
+        raise OSError(err.errno, f"{name} {text!r}: {os.strerror(err.errno or 1)}") from None
+    finally:
+        libc.prctl(4, 0, 0, 0, 0)
+
+
+def _job_mounts(libc, workdir, tmp_mb):
+    """In pid 1 of the job's namespaces: its own /proc (its processes only: `subset=pid`) and its own tmpfs on
+    `workdir` (the sandbox's size, so inode numbers start afresh; /tmp around it stays the sandbox's, read-only),
+    with `workdir`/job in it. Returns the job's directory."""
+    flags = _MS_NOSUID | _MS_NODEV
+    # the sandbox's /tmp read-only here: a job listing it set its access time once, for a later job to read
+    _check(libc.mount(None, b"/tmp", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None), "read-only /tmp")
+    _check(libc.mount(b"sandbox-job-tmp", workdir.encode(), b"tmpfs", flags, f"size={tmp_mb}m,mode=700".encode()),
+           "tmpfs")
+    _check(libc.mount(b"proc", b"/proc", b"proc", flags | _MS_NOEXEC, b"subset=pid"), "proc")
+    job = os.path.join(workdir, "job")
+    os.mkdir(job, 0o700)
+    return job
+
+
+def _drop_capabilities(libc):
+    """Drop every capability the job's user namespace gave this process: bounding set, ambient, then the rest."""
+    import ctypes
+
+    for cap in range(64):
+        if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # PR_CAPBSET_DROP; EINVAL: no such cap
+            break
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (x2): none
+    _check(libc.capset(header, data), "capset")
+
+
+def job_in_namespaces(header, fds, workdir, report_fd, status_fd, tmp_mb, seccomp):
+    """The zygote's child for one job: new namespaces, then pid 1 of them, which sets up the job's /proc and tmpfs,
+    forks the job's own process (pid 2) and reaps until that one ends; its wait status goes to `status_fd`, and pid
+    1's exit ends every process the job left in its namespace. `header` None: a probe (the job exits 0 at once)."""
+    libc = _libc()
+    try:
+        _enter_job_namespaces(libc)
+        init = os.fork()
+    except OSError as err:
+        _setup_failed(err, fds)
+    if init != 0:
+        for fd in (*fds, report_fd, status_fd):
+            os.close(fd)
+        _, status = os.waitpid(init, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    try:
+        jobdir = _job_mounts(libc, workdir, tmp_mb)
+        job = os.fork()
+    except OSError as err:
+        _setup_failed(err, fds)
+    if job == 0:
+        try:
+            _drop_capabilities(libc)
+            why = install_seccomp(seccomp)
+        except OSError as err:
+            why = str(err)
+        if why:
+            _setup_failed(why, fds)
+        if header is None:
+            os._exit(0)
+        os.close(status_fd)
+        _child(header, fds, jobdir, report_fd)
+    for fd in (*fds, report_fd):
+        os.close(fd)
+    try:
+        _drop_capabilities(libc)
+    except OSError:
+        pass
+    while True:  # reap orphans until the job's own process ends
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(SETUP_FAILED)
+        if pid == job:
+            try:
+                write_frame(status_fd, {"status": status})
+            finally:
+                os._exit(0)
+
+
+def _setup_failed(why, fds):
+    """Say why on the job's stderr (the caller's, for a probe) and end with SETUP_FAILED."""
+    try:
+        os.write(fds[2] if fds else 2, f"the job's namespaces: {why}\n".encode())
+    finally:
+        os._exit(SETUP_FAILED)
+
+
+def probe_job_namespaces(workdir, tmp_mb, seccomp):
+    """'' where each job can get namespaces of its own here (a trial job runs through them), else why not."""
+    import select
+
+    status_r, status_w = os.pipe()
+    errors_r, errors_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(errors_w, 2)
+        job_in_namespaces(None, [], workdir, os.dup(errors_w), status_w, tmp_mb, seccomp)
+    os.close(status_w)
+    os.close(errors_w)
+    _, status = os.waitpid(pid, 0)
+    ready, _, _ = select.select([status_r], [], [], 0)
+    answer = read_frame(status_r) if ready else None
+    errors = os.read(errors_r, 1000).decode("utf-8", "replace").strip()
+    os.close(status_r)
+    os.close(errors_r)
+    if answer == {"status": 0} and status == 0:
+        return ""
+    return errors or f"the trial job ended with status {status}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -878,20 +1092,31 @@ def _read_events(fd):
 
 
 def zygote(control_fd, workdir, pidns):
-    """Serve jobs from the control socket until it closes. `workdir`: the job's cwd and HOME, emptied before and
-    after each job; `pidns`: this is pid 1 of its own pid, IPC and mount namespaces (leftovers are every other
-    process, every SysV object and anything written under /tmp; else only the job's process group)."""
+    """Serve jobs from the control socket until it closes. `workdir`: the job's cwd and HOME; `pidns`: this is pid 1
+    of its own pid, IPC and mount namespaces. Where each job can get namespaces of its own (`job_in_namespaces`,
+    tried once here), nothing a job leaves is in the zygote's: the job's /tmp, /proc, pids and IPC objects go with
+    its namespaces, and its process installs the seccomp filter (the zygote cannot: the filter refuses namespaces).
+    Else the zygote installs the filter on itself, and after each job `workdir` is emptied and reset and, with
+    `pidns`, every other process, every SysV object and anything written under /tmp is removed (else only the job's
+    process group is killed)."""
     import select
     import signal
     import socket
 
     ignore_signals()  # a job cannot kill the zygote with SIGINT (or any signal it could catch)
-    why = install_seccomp()
     import ctypes
 
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd or environ for the children
+    seccomp = prepare_seccomp()
+    _libc()  # made once here: each job's processes use the zygote's
+    shared = "not pid 1 of a pid namespace"  # why jobs share the zygote's namespaces ('' where each has its own)
+    if pidns:
+        st = os.statvfs("/tmp")  # the sandbox's tmpfs: each job's own gets its size
+        tmp_mb = max(1, st.f_blocks * st.f_frsize >> 20)
+        shared = probe_job_namespaces(workdir, tmp_mb, seccomp) if seccomp[0] is not None else seccomp[1]
+    why = seccomp[1] if not shared else install_seccomp(seccomp)
     control = socket.socket(fileno=control_fd)
-    write_frame(control_fd, {"ready": True, "uid": os.getuid(), "seccomp": why})
+    write_frame(control_fd, {"ready": True, "uid": os.getuid(), "seccomp": why, "shared": shared})
     while True:
         try:  # a frame: 4 bytes of length (the job's pipes ride on them), then the JSON header
             head, fds, _, _ = socket.recv_fds(control, 4, 4)
@@ -905,16 +1130,22 @@ def zygote(control_fd, workdir, pidns):
             return
         header = json.loads(body)
         try:
-            jobdir = _fresh(workdir)  # a new directory for the job, nothing of the one before left
+            jobdir = "" if not shared else _fresh(workdir)  # a new directory for the job, nothing of the one before
         except OSError:
             return
         report_r, report_w = os.pipe()  # the run-time monitor's events (install_monitor), read after the job
+        status_r, status_w = os.pipe()  # the job's wait status, from pid 1 of its namespaces
         pid = os.fork()
         if pid == 0:
             control.close()
             os.close(report_r)
+            os.close(status_r)
+            if not shared:
+                job_in_namespaces(header, fds, workdir, report_w, status_w, tmp_mb, seccomp)
+            os.close(status_w)
             _child(header, fds, jobdir, report_w)
         os.close(report_w)
+        os.close(status_w)
         for fd in fds:
             os.close(fd)
         timed_out = False
@@ -937,12 +1168,21 @@ def zygote(control_fd, workdir, pidns):
             except OSError:
                 pass
         dirty = ""
+        if not shared:
+            ready, _, _ = select.select([status_r], [], [], 0)
+            answer = read_frame(status_r) if ready else None
+            if isinstance(answer, dict) and type(answer.get("status")) is int:
+                status = answer["status"]
+            elif not timed_out:  # its namespaces could not be made, or pid 1 was killed (a memory cap)
+                dirty = NAMESPACES_FAILED
+        os.close(status_r)
         try:  # nothing a job wrote or made is there for the next one: files, SysV IPC objects, metadata
-            _wipe(workdir)
-            _reset(workdir)
-            if pidns:
-                _wipe_writable(workdir)
-                _remove_ipc()
+            if shared:
+                _wipe(workdir)
+                _reset(workdir)
+                if pidns:
+                    _wipe_writable(workdir)
+                    _remove_ipc()
         except OSError as err:
             dirty = f"cleanup failed: {type(err).__name__}"
         events = _read_events(report_r)
