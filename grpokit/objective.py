@@ -72,8 +72,10 @@ def keep(args, kwargs: dict[str, Any]) -> list[str]:
             changed.append(f"{name}: {getattr(args, name)!r} -> {value!r}")
             setattr(args, name, value)
     if changed:
-        log.info("%s rewrote loss settings it was given; kept the run's: %s", type(args).__name__, "; ".join(changed),
-                 extra={"file_only": True})
+        # On the console too: Unsloth's generated config prints that it will override (e.g. "Will override" for
+        # dr_grpo's scale_rewards), and a person reading only that line would believe the run trains its value.
+        log.info("%s changed loss settings the run gave it; the run trains its own, as on every machine: %s (set "
+                 "them to train another value)", type(args).__name__, "; ".join(changed))
     return changed
 
 

@@ -36,3 +36,28 @@ def test_the_kept_set_names_the_truncation():
     objective = stated(build_config("default", overrides=["top_k=50", "top_p=0.95", "min_p=0.05"]), "vllm",
                        "unsloth")
     assert objective["policy_scored_over"].startswith("the sampler's kept set (top_k 50, top_p 0.95, min_p 0.05)")
+
+
+def test_a_setting_a_config_class_rewrote_is_put_back_and_said_on_the_console(caplog):
+    """Unsloth's generated GRPOConfig turns dr_grpo's scale_rewards 'group' into 'none' and prints "Will override";
+    the run puts its own value back and says so where that print lands (the console), not only in the log file."""
+    import logging
+    from types import SimpleNamespace
+
+    from grpokit.objective import keep
+
+    class UnslothGRPOConfig(SimpleNamespace):
+        """A built config as Unsloth's generated __init__ leaves it."""
+
+    args = UnslothGRPOConfig(loss_type="dr_grpo", scale_rewards="none", epsilon=0.2, epsilon_high=0.2)
+    logger = logging.getLogger("grpo")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="grpo")
+    try:
+        changed = keep(args, {"loss_type": "dr_grpo", "scale_rewards": "group", "epsilon": 0.2})
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert changed == ["scale_rewards: 'none' -> 'group'"] and args.scale_rewards == "group"
+    said = [r for r in caplog.records if "changed loss settings" in r.getMessage()]
+    assert said and not getattr(said[0], "file_only", False)  # the console handler skips file_only records
+    assert "UnslothGRPOConfig" in said[0].getMessage() and "trains its own" in said[0].getMessage()
