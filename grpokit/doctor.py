@@ -97,7 +97,11 @@ def _one_line(err: BaseException) -> str:
 
 @contextlib.contextmanager
 def _captured():
-    """Library prints (Unsloth's banner, TRL's notes) and the run's console go to a buffer, not around the table."""
+    """Library prints (Unsloth's banner, TRL's notes) and the run's console go to a buffer, not around the table.
+
+    A library imported here that sets up its logging (vLLM, imported by Unsloth where installed, builds a
+    StreamHandler on sys.stdout) would keep writing into the buffer after it: such handlers are pointed at stderr
+    when the capture ends, so a later warning of theirs is seen."""
     from grpokit.console import get_console
 
     console = get_console()
@@ -108,6 +112,11 @@ def _captured():
             yield buffer
     finally:
         console.quiet = quiet
+        loggers = [logging.getLogger(), *(logger for logger in list(logging.root.manager.loggerDict.values())
+                                          if isinstance(logger, logging.Logger))]
+        for handler in (h for logger in loggers for h in logger.handlers):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is buffer:
+                handler.setStream(sys.stderr)
 
 
 # ---- the checks, in the table's order -----------------------------------------------------------------------------

@@ -112,3 +112,21 @@ def test_the_memory_row_checks_what_the_plan_models(tmp_path):
     assert memory_verdict(0.9 * eight_b.training_gib, eight_b).status == OK
     assert memory_verdict(1.1 * eight_b.training_gib, eight_b).status == FAILED
 
+
+def test_a_library_logger_set_up_under_the_capture_still_reaches_stderr(capfd):
+    """doctor imports Unsloth (and so vLLM where installed) with prints captured off the table; a logger such a
+    library sets up at import on sys.stdout must not keep writing into that buffer after it."""
+    import logging
+
+    from grpokit.doctor import _captured
+
+    logger = logging.getLogger("grpo-test-library")
+    logger.propagate = False
+    with _captured():
+        handler = logging.StreamHandler(sys.stdout)  # what vLLM's logging config does at import
+        logger.addHandler(handler)
+    try:
+        logger.warning("a warning after the import")
+    finally:
+        logger.removeHandler(handler)
+    assert "a warning after the import" in capfd.readouterr().err
