@@ -230,6 +230,7 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
 
     if dry_run:
         from data_loader import count_prompt_length_drops
+        from grpokit.model_loader import choose_backend
         from grpokit.objective import stated as stated_objective
 
         count_prompt_length_drops(train_ds, eval_ds, config, report)
@@ -240,7 +241,8 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
                     "load_plan": trainer.load_plan.as_dict() if trainer.load_plan is not None else None,
                     # the loss settings as the trainer will run them, on this machine and any other
                     "objective": stated_objective(config, engine=trainer.load_plan.engine
-                                                  if trainer.load_plan is not None else None)}
+                                                  if trainer.load_plan is not None else None,
+                                                  backend=trainer.backend or choose_backend(config.backend))}
         from grpokit.group_schedule import schedule_from_config
 
         if trainer.agent is not None and trainer.agent.active:  # the tools, their schemas, template and parser

@@ -768,6 +768,14 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
     check_batch_arithmetic(config, world_size)
     check_advantage_options(config, world_size)
     check_settings_in_use(config)
+    cap = config.trl_args.get("epsilon_high") or config.trl_args.get("epsilon", 0.2)
+    if config.loss_type == "cispo" and cap < 1:
+        # TRL's CISPO (trl/trainer/grpo_trainer.py) caps each token's importance weight at epsilon_high itself, where
+        # the other losses clip the ratio at 1 + epsilon_high; unset it is epsilon, as for them. Unsloth's generated
+        # config would put 5.0 there on a GPU; the run keeps TRL's value on every machine (grpokit/objective.py).
+        log.warning("loss_type cispo caps each token's importance weight at epsilon_high itself, not at 1 + "
+                    "epsilon_high: at %g every weight is below 1, the policy's own samples included. The ScaleRL "
+                    "paper uses 4 to 8: --set epsilon_high=5.0.", cap)
     schedule_from_config(config, world_size)  # adaptive_group_size: refused here if the batch cannot follow it
     check_best_metric(config)
 

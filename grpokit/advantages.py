@@ -75,9 +75,14 @@ _PADDED = {
 }
 _ROW_KEYS = {"advantages"}
 _BATCH_KEYS = {"num_items_in_batch"}
-# Unsloth's generated GPU trainer adds the batch's widest prompt left padding, repeated on every row ([rows, 1]): its
-# loss trims the sequences by it (unsloth/models/rl_replacements.py, max_left_pad). Recomputed for a merged batch.
+# Unsloth's generated GPU trainer adds the batch's widest prompt left padding, repeated on every row ([rows, 1])
+# (unsloth/models/rl_replacements.py, max_left_pad), and scores old / reference log-probs in another frame than TRL's:
+# its no-grad pass moves every row's pad tokens to the right (unsloth_zoo's left_pack_padding) and keeps the last
+# completion width + max_left_pad positions, so row i's completion starts at column max_left_pad - (row i's prompt
+# pads). Its fused loss reads them back in that frame, its width giving max_left_pad (grpo_accumulated_loss). A merged
+# batch gets both recomputed for its own rows (_repacked).
 _LEFT_PAD_KEY = "max_left_pad"
+_PACKED = ("old_per_token_logps", "ref_per_token_logps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -486,12 +491,13 @@ def _draw_prompts(trainer, count: int, round_index: int, drawn: set[str]) -> lis
 def _merge(trainer, outputs: list[dict[str, Any]], pieces: list[tuple[int, int]], group_size: int) -> dict[str, Any]:
     """One batch of TRL's shape from groups of several rounds: rows concatenated, each tensor padded to the widest
     round on the side TRL pads it (left for prompts, right for completions; masks 0 there, so the loss never sees the
-    padding; rotary positions shift together, which leaves attention unchanged)."""
+    padding; rotary positions shift together, which leaves attention unchanged). Unsloth's left-packed old /
+    reference log-probs are moved into the merged batch's frame instead (_repacked)."""
     pad_id = trainer._tokenizer.pad_token_id
+    packed = _LEFT_PAD_KEY in outputs[0]
     merged: dict[str, Any] = {}
-    prompt_width = max(outputs[i]["prompt_ids"].size(1) for i, _ in pieces)
     for key in outputs[0]:
-        if key in _BATCH_KEYS or key == _LEFT_PAD_KEY:
+        if key in _BATCH_KEYS or key == _LEFT_PAD_KEY or (packed and key in _PACKED):
             continue
         if outputs[0][key] is None:  # e.g. sampling_per_token_logps where no other engine sampled
             merged[key] = None
@@ -507,15 +513,42 @@ def _merge(trainer, outputs: list[dict[str, Any]], pieces: list[tuple[int, int]]
                 padded.append(torch.cat([fill, p] if side == "left" else [p, fill], dim=1))
             parts = padded
         merged[key] = torch.cat(parts, dim=0)
-    if _LEFT_PAD_KEY in outputs[0]:
-        # each round's widest left padding, plus the columns its prompts were padded by here
-        widest = max(int(outputs[i][_LEFT_PAD_KEY].max()) + prompt_width - outputs[i]["prompt_ids"].size(1)
-                     for i, _ in pieces)
+    if packed:
+        # what Unsloth computes for a batch (calculate_pad_tokens_in_prompt): the pad tokens in each row's prompt
+        widest = int((merged["prompt_ids"] == pad_id).sum(dim=1).max())
         merged[_LEFT_PAD_KEY] = outputs[0][_LEFT_PAD_KEY].new_full((merged["prompt_ids"].size(0), 1), widest)
+        for key in _PACKED:
+            if key in outputs[0]:
+                merged[key] = None if outputs[0][key] is None else _repacked(outputs, pieces, group_size, key, merged,
+                                                                             widest)
     mask = merged["completion_mask"] * merged["tool_mask"] if "tool_mask" in merged else merged["completion_mask"]
     # TRL normalises the DAPO-style losses by the completion tokens of the whole batch on every process
     merged["num_items_in_batch"] = trainer.accelerator.gather(mask.sum()).sum()
     return merged
+
+
+def _repacked(outputs: list[dict[str, Any]], pieces: list[tuple[int, int]], group_size: int, key: str,
+              merged: dict[str, Any], widest: int) -> torch.Tensor:
+    """Unsloth's left-packed log-probs (`key`) of each piece moved into the merged batch's frame.
+
+    Left-packing keeps each row's non-pad tokens in order from column 0, and merging only adds pads (on the prompt's
+    left, the completion's right), so every scored token keeps its packed position. A round's frame holds the packed
+    positions from its length - its frame width on (prompt width - its max_left_pad, the width giving max_left_pad as
+    the loss reads it); the merged frame from prompt width - `widest`, `widest` + completion width wide. Each round's
+    columns so move by one offset; those that fall before the merged frame precede every kept row's completion
+    (the round's widest padding was in a dropped group) and are prompt positions no loss reads."""
+    prompt_width, completion_width = merged["prompt_ids"].size(1), merged["completion_ids"].size(1)
+    start = prompt_width - widest
+    parts = []
+    for i, g in pieces:
+        rows = outputs[i][key][g * group_size:(g + 1) * group_size]
+        round_start = outputs[i]["prompt_ids"].size(1) + outputs[i]["completion_ids"].size(1) - rows.size(1)
+        shift = round_start - start
+        part = rows.new_zeros((rows.size(0), widest + completion_width))
+        first = max(0, -shift)
+        part[:, first + shift:rows.size(1) + shift] = rows[:, first:]
+        parts.append(part)
+    return torch.cat(parts, dim=0)
 
 
 def _warn_once(trainer, message: str) -> None:

@@ -15,6 +15,15 @@ for the run header and run_config.json; `--dry-run` shows `stated`. A user who w
 them (`--set mask_truncated_completions=true --set epsilon_high=0.28`).
 
 MoE router auxiliary loss (router_aux_loss_coef) is not part of this: Unsloth's fused GRPO forward does not compute it.
+
+One GPU-only difference is stated rather than pinned (`policy_scored_over`): with vLLM rollouts truncated by top_k /
+top_p / min_p and the sampler correction on, Unsloth's generated trainer scores the policy over the sampler's kept set
+(unsloth_zoo's grpo_truncated_support_kwargs: automatic on CUDA where vLLM returns processed, kept-set renormalised
+log-probs). Pinned off (UNSLOTH_GRPO_TRUNCATED_SUPPORT=0), the trainer's full-vocabulary log-probs would meet vLLM's
+renormalised ones and every token's ratio would carry log(kept mass): a sequence-level ratio shrinks with length and
+scales down the long completions' gradient. So the run keeps Unsloth's choice and says it: `of_trainer` asks
+Unsloth's own decision, `stated` says where it applies. The CPU engines return full-vocabulary log-probs: there the
+policy is scored over the vocabulary.
 """
 
 from __future__ import annotations
@@ -63,15 +72,18 @@ def keep(args, kwargs: dict[str, Any]) -> list[str]:
             changed.append(f"{name}: {getattr(args, name)!r} -> {value!r}")
             setattr(args, name, value)
     if changed:
-        log.info("%s rewrote loss settings it was given; kept the run's: %s", type(args).__name__, "; ".join(changed),
-                 extra={"file_only": True})
+        # On the console too: Unsloth's generated config prints that it will override (e.g. "Will override" for
+        # dr_grpo's scale_rewards), and a person reading only that line would believe the run trains its value.
+        log.info("%s changed loss settings the run gave it; the run trains its own, as on every machine: %s (set "
+                 "them to train another value)", type(args).__name__, "; ".join(changed))
     return changed
 
 
-def stated(config, engine: str | None = None) -> dict[str, Any]:
+def stated(config, engine: str | None = None, backend: str | None = None) -> dict[str, Any]:
     """The objective of `config` (a GRPORunConfig) as TRL's semantics give it, without importing TRL: what the run
     will train on any machine. `engine`: the rollout engine (the load plan's): 'vllm' and 'llama_cpp' sample apart
-    from the trainer, so TRL's importance-sampling correction applies; None or 'transformers': the trainer samples."""
+    from the trainer, so TRL's importance-sampling correction applies; None or 'transformers': the trainer samples.
+    `backend`: 'unsloth' or 'transformers' where known (None: either)."""
     from config.loader import trl_kwargs
 
     kwargs = trl_kwargs(config)
@@ -79,7 +91,47 @@ def stated(config, engine: str | None = None) -> dict[str, Any]:
     values = _resolved({name: value for name, value in pinned(kwargs).items() if name in TRL_FIELDS})
     # On a CPU 'auto' is decided at load (the load plan says 'llama_cpp or transformers'): both cases are stated.
     undecided = engine is not None and " or " in engine
-    return _assemble(values, config, use_vllm, None if undecided else engine == "llama_cpp")
+    objective = _assemble(values, config, use_vllm, None if undecided else engine == "llama_cpp")
+    kept = truncation(kwargs)
+    if (use_vllm and kept and values["vllm_importance_sampling_correction"] and backend in (None, "unsloth")
+            and not _kept_set_refused(values["beta"], kwargs, config)):
+        objective["policy_scored_over"] = (f"the sampler's kept set ({kept}) where Unsloth's vLLM returns kept-set "
+                                           "log-probs (CUDA, decided at load), else the vocabulary")
+    return objective
+
+
+def truncation(kwargs: dict[str, Any]) -> str:
+    """The sampler's top_k / top_p / min_p where they truncate ('' for full-vocabulary sampling)."""
+    parts = [f"top_k {kwargs['top_k']}" if (kwargs.get("top_k") or 0) > 0 else "",
+             f"top_p {kwargs['top_p']:g}" if kwargs.get("top_p") is not None and kwargs["top_p"] < 1 else "",
+             f"min_p {kwargs['min_p']:g}" if (kwargs.get("min_p") or 0) > 0 else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def _kept_set_refused(beta: float, kwargs: dict[str, Any], config) -> bool:
+    """Unsloth's own refusals (_unsloth_grpo_support_mismatch in its generated trainer): a reference pass (beta), or
+    rollouts reused across optimizer steps, score other weights than the sampler's, so their kept set differs."""
+    accumulation = int(config.gradient_accumulation_steps or 1)
+    every = int(kwargs.get("steps_per_generation") or accumulation) * int(kwargs.get("num_iterations") or 1)
+    return beta != 0 or accumulation % every != 0
+
+
+def _kept_set_of(trainer) -> bool:
+    """Whether Unsloth's generated trainer scores the policy over the vLLM sampler's kept set: its own decision
+    (unsloth_zoo's grpo_truncated_support_kwargs, then the generated module's refusals)."""
+    import sys
+
+    if not getattr(trainer, "use_vllm", False):
+        return False
+    generated = next((cls for cls in type(trainer).__mro__ if cls.__name__ == "UnslothGRPOTrainer"), None)
+    if generated is None:
+        return False
+    try:
+        from unsloth_zoo.rl_replacements import grpo_truncated_support_kwargs
+    except ImportError:
+        return False
+    refusals = getattr(sys.modules.get(generated.__module__), "_unsloth_grpo_support_mismatch", None)
+    return bool(grpo_truncated_support_kwargs(trainer)) and not (refusals and refusals(trainer))
 
 
 def of_trainer(trainer, config) -> dict[str, Any]:
@@ -92,7 +144,10 @@ def of_trainer(trainer, config) -> dict[str, Any]:
     for name in ("vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
                  "vllm_importance_sampling_clip_max"):
         values[name] = getattr(trainer, name, getattr(trainer.args, name, None))
-    return _assemble(values, config, bool(trainer.use_vllm), uses_engine(trainer))
+    objective = _assemble(values, config, bool(trainer.use_vllm), uses_engine(trainer))
+    if _kept_set_of(trainer):
+        objective["policy_scored_over"] = f"the sampler's kept set ({truncation(vars(trainer.args))})"
+    return objective
 
 
 def _assemble(values: dict[str, Any], config, use_vllm: bool, engine_logprobs: bool | None) -> dict[str, Any]:
@@ -109,6 +164,8 @@ def _assemble(values: dict[str, Any], config, use_vllm: bool, engine_logprobs: b
         objective["sampler_correction"] = f"{correction} where llama_cpp samples; none needed where the trainer does"
     else:
         objective["sampler_correction"] = "none needed (the trainer samples)"
+    # the vocabulary the policy's log-probs are normalised over (stated / of_trainer say where it is the kept set)
+    objective["policy_scored_over"] = "the vocabulary"
     objective.update({name: getattr(config, name) for name in OWN_FIELDS})
     return objective
 
@@ -119,6 +176,8 @@ def describe(objective: dict[str, Any]) -> str:
     parts = [f"{o['loss_type']}", f"clip [{1 - o['epsilon']:g}, {1 + o['epsilon_high']:g}]",
              f"beta {o['beta']:g}", f"scale {o['scale_rewards']}",
              "truncated masked" if o["mask_truncated_completions"] else "truncated kept"]
+    if o.get("policy_scored_over", "the vocabulary") != "the vocabulary":
+        parts.append("policy over the sampler's kept set")
     if o["importance_sampling_level"] != "token":
         parts.append(f"IS {o['importance_sampling_level']}")
     if o["baseline_type"] != "group_mean":

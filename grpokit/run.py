@@ -197,7 +197,13 @@ class GRPOTrainer:
             from grpokit.trl_engine_adapter import check_llama_cpp_settings
 
             check_llama_cpp_settings(trl_kwargs(config))
-        self.plan_load(machine=machine)  # GPU plans that cannot work or fit are refused here (CPU plans never are)
+        plan = self.plan_load(machine=machine)  # GPU plans that cannot work or fit are refused here (CPU never are)
+        if plan.cuda and plan.engine == "vllm":
+            from grpokit.trl_engine_adapter import importable_engine
+
+            engine = importable_engine(plan.engine, plan.engine_reason)
+            if engine[0] != plan.engine:  # a vllm that does not import: --dry-run plans what the run will use
+                self.plan_load(engine, machine)
         self.plan_agent()
 
     def plan_agent(self):

@@ -213,17 +213,26 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
         architecture = "a model with no local safetensors directory"
     name, reason = choose_engine(requested, cuda, backend, architecture, load_in_4bit=config.load_in_4bit)
     if name == "vllm" and requested == "auto":
-        # The plan saw vllm installed (find_spec, before any import); whether it imports is known only now. And the
-        # load plan decides 'auto' with the memory it has: vLLM only where its share of the card holds the weights.
+        # The load plan decides 'auto' with the memory it has: vLLM only where its share of the card holds the weights.
         from grpokit.load_plan import detect_machine, plan_load
 
+        name, reason = importable_engine(name, reason)
+        if name == "vllm":
+            planned = plan_load(config, detect_machine(), backend)
+            name, reason = planned.engine, planned.engine_reason
+    if name == "vllm":
+        _use_vllm(config, backend)
+    return name, reason
+
+
+def importable_engine(name: str, reason: str) -> tuple[str, str]:
+    """An engine 'auto' chose, kept where it can run: the load plan sees vllm installed (find_spec, before any
+    import), and one that does not import here (a vllm built for another torch) gives transformers, the same for the
+    run (resolve_engine) and for --dry-run's plan (GRPOTrainer.check_run)."""
+    if name == "vllm" and reason.startswith("auto"):
         broken = _vllm_import_error()
         if broken:
             return "transformers", f"auto: vllm is installed but does not import ({broken})"
-        planned = plan_load(config, detect_machine(), backend)
-        name, reason = planned.engine, planned.engine_reason
-    if name == "vllm":
-        _use_vllm(config, backend)
     return name, reason
 
 

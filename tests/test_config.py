@@ -416,3 +416,21 @@ def test_a_description_names_what_a_later_layer_changed():
                                        "max_steps=3]")
     own = build_config(preset="quick_test", flags={"model_name": "qwen2.5-7b"}, overrides=["description=mine"])
     assert own.description == "mine"
+
+
+def test_cispo_says_when_its_weight_cap_is_below_1(caplog):
+    """TRL's CISPO caps the importance weight at epsilon_high itself; unset, that is epsilon (0.2): every weight below
+    1. The run trains TRL's value (the same on every machine) and says so, before loading."""
+    logger = logging.getLogger("grpo")
+    logger.addHandler(caplog.handler)
+    try:
+        build_config("quick_test", overrides=["loss_type=cispo"])
+        said = {r.getMessage() for r in caplog.records if "cispo" in r.getMessage()}  # root's handler and ours
+        caplog.clear()
+        build_config("quick_test", overrides=["loss_type=cispo", "epsilon_high=5.0"])
+        build_config("quick_test", overrides=["loss_type=dapo"])
+        quiet = {r.getMessage() for r in caplog.records if "cispo" in r.getMessage()}
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert len(said) == 1 and "at 0.2 every weight is below 1" in next(iter(said)), said
+    assert "--set epsilon_high=5.0" in next(iter(said)) and not quiet

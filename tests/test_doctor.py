@@ -8,7 +8,7 @@ import sys
 
 from conftest import ROOT
 
-from grpokit.doctor import FAILED, ROWS, Check, plain_line
+from grpokit.doctor import FAILED, NOT_AVAILABLE, OK, ROWS, Check, memory_verdict, plain_line
 
 
 def _doctor(*args, timeout=600):
@@ -28,6 +28,10 @@ def test_doctor_checks_everything_and_runs_three_steps(tmp_path):
     assert not [c for c in checks if c.status == FAILED]
     run = next(c for c in checks if c.name == "3-step run")
     assert run.details["steps"] == 3 and run.found.startswith("3 steps")
+    # the objective row is the 3-step run's trainer set against what --dry-run states for its config
+    objective = next(c for c in checks if c.name == "grpo objective")
+    assert objective.status == "ok" and objective.details["differ"] == {}, objective
+    assert objective.details["engine"] == run.details["engine"] and "trains what --dry-run states" in objective.why
     # off a terminal the table is one plain line per row: the same rows, in the same order, as the JSON
     lines = result.stdout.splitlines()
     assert lines[:len(checks)] == [plain_line(c) for c in checks]
@@ -90,3 +94,39 @@ print(json.dumps(out))
         assert not repair["added"] and repair["rows_after"] == repair["rows_before"], (name, repair)
         assert repair["pad"] != repair["eos"], (name, repair)
     assert out["byte"]["changed"] is False  # its own pad token: nothing to repair
+
+
+def test_the_memory_row_checks_what_the_plan_models(tmp_path):
+    """The estimate's fixed term (cuda_buffers) was fitted on the doctor's tiny model's own peak (0.11 GiB on an
+    H100): there a peak below the estimate checks nothing and the row says so; where the model's terms dominate, the
+    row checks the peak."""
+    from config.loader import build_config
+    from grpokit.doctor import _byte_tokenizer, save_tiny_llama
+    from grpokit.load_plan import Machine, plan_load
+
+    h100 = Machine(cuda=True, gpu_name="H100", gpu_memory_gib=79.6, bf16=True)
+    tiny_model = save_tiny_llama(tmp_path / "tiny", _byte_tokenizer())
+    tiny = plan_load(build_config("default", overrides=[f"model_name={tiny_model}"]), h100, "unsloth").memory
+    eight_b = plan_load(build_config("default", overrides=["model_name=llama-3.1-8b"]), h100, "unsloth").memory
+    assert memory_verdict(0.11, tiny).status == NOT_AVAILABLE  # under the estimate only by the fitted term
+    assert memory_verdict(0.9 * eight_b.training_gib, eight_b).status == OK
+    assert memory_verdict(1.1 * eight_b.training_gib, eight_b).status == FAILED
+
+
+def test_a_library_logger_set_up_under_the_capture_still_reaches_stderr(capfd):
+    """doctor imports Unsloth (and so vLLM where installed) with prints captured off the table; a logger such a
+    library sets up at import on sys.stdout must not keep writing into that buffer after it."""
+    import logging
+
+    from grpokit.doctor import _captured
+
+    logger = logging.getLogger("grpo-test-library")
+    logger.propagate = False
+    with _captured():
+        handler = logging.StreamHandler(sys.stdout)  # what vLLM's logging config does at import
+        logger.addHandler(handler)
+    try:
+        logger.warning("a warning after the import")
+    finally:
+        logger.removeHandler(handler)
+    assert "a warning after the import" in capfd.readouterr().err

@@ -815,3 +815,22 @@ def test_a_vllm_that_does_not_import_is_refused_or_passed_over(tmp_path, monkeyp
         "transformers", "auto: vllm is installed but does not import (ImportError: libcudart.so.12: cannot open "
         "shared object file)")
     assert not auto.use_vllm
+
+
+def test_an_auto_vllm_that_does_not_import_is_planned_as_the_run_will_use_it(tmp_path, monkeypatch):
+    """The plan sees vllm installed (find_spec); a vllm built for another torch fails only at import. The run then
+    generates with transformers (resolve_engine), and --dry-run's plan (GRPOTrainer.check_run) asks the same
+    question, so it no longer states vLLM for a run that will not use it."""
+    from grpokit.trl_engine_adapter import importable_engine
+
+    broken = tmp_path / "vllm"
+    broken.mkdir()
+    (broken / "__init__.py").write_text('raise ImportError("vllm/_C.abi3.so: undefined symbol: _ZN3c10")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    plan = plan_load(_config(), A100, "unsloth")
+    assert plan.engine == "vllm" and plan.engine_reason.startswith("auto")
+    engine, why = importable_engine(plan.engine, plan.engine_reason)
+    assert engine == "transformers" and "does not import (ImportError: vllm/_C.abi3.so" in why
+    assert plan_load(_config(), A100, "unsloth", (engine, why)).engine == "transformers"
+    assert importable_engine("vllm", "requested") == ("vllm", "requested")  # asked for by name: the run refuses

@@ -32,13 +32,16 @@ def generated_run(tmp_path_factory):
     out = work / "run"
     # All-truncated completions (a random model never samples EOS in 8 tokens): with Unsloth's DAPO rewrite
     # (mask_truncated_completions=True) no completion would get a gradient. Half the prompts have flat groups,
-    # which dynamic sampling drops and refills: batches of several rounds are merged, max_left_pad included.
+    # which dynamic sampling drops and refills: batches of several rounds are merged, max_left_pad included. The
+    # sums' prompts differ in length (a round's prompt width and left padding differ from the next one's) and beta
+    # 0.04 scores reference log-probs, which a merge must keep in Unsloth's frame (MERGE_CHECK: the driver's check).
     command = [sys.executable, str(DRIVER), "--quick-test", "--model", str(model), "--max-steps", "2",
                "--output-dir", str(out), "--no-wandb", "--reward", "tests.fixtures.user_rewards:length_on_odd_prompts",
-               "--set", "max_completion_length=8", "--set", "dynamic_sampling=true",
+               "--custom-data", str(ROOT / "tests" / "fixtures" / "sums_varied_prompts.jsonl"),
+               "--set", "max_completion_length=8", "--set", "dynamic_sampling=true", "--set", "beta=0.04",
                "--set", "dynamic_sampling_max_rounds=2", "--set", "max_eval_samples=4",
                "--set", "max_generation_samples=4", "--set", "save_steps=0"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MERGE_CHECK": str(work / "merges.jsonl"),
            "PYTHONPATH": os.pathsep.join([str(TRITON_DIR), str(ROOT)])}
     # cwd: Unsloth writes the generated sources into ./unsloth_compiled_cache
     result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=900)
@@ -128,3 +131,19 @@ def test_a_tool_run_through_the_generated_trainer(tmp_path):
     assert any("tools/call_frequency" in entry for entry in state["log_history"])
     assert all("trajectory" in entry for entry in json.loads(
         (out / "generation_logs" / "generation_log_step_1.json").read_text()))
+
+
+def test_merged_batches_keep_each_rows_log_probs_where_unsloths_loss_reads_them(generated_run):
+    """Unsloth's no-grad pass returns old / reference log-probs left-packed (pads moved right), completion width +
+    max_left_pad wide, and its fused loss reads them back in that frame (the width gives max_left_pad). A batch
+    merged from rounds of other prompt widths and paddings must hold each row's values at its own tokens there: the
+    driver sets every merged batch against the generated trainer's own pass over the merged rows (the same weights),
+    on the tokens the loss scores. Merged as completion-aligned, rows were compared with another token's log-prob
+    (~10 nats off; the logged KL 0.02 -> 0.65)."""
+    result, out = generated_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    checks = [json.loads(line) for line in (out.parent / "merges.jsonl").read_text().splitlines()]
+    assert any(check["key"] == "ref_per_token_logps" and len(check["frames"]) > 1 for check in checks), checks
+    for check in checks:
+        assert check["shape"] == check["again"], check
+        assert max(check["row_max_diff"]) < 1e-3, check
