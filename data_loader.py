@@ -489,9 +489,86 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
 def _one_document(text: str) -> bool:
     try:
         json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return True
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook: a key given twice in one object is refused (json keeps the last one without a
+    word, so a row with "answer" twice would train on whichever came second); config files refuse it too."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+# Deeper than any row format nests (a message's text parts sit 5 levels down), and far below what json's reader,
+# deepcopy and Arrow survive: each recurses once per level, and ~1000 levels exhaust Python's stack (a traceback).
+MAX_ROW_DEPTH = 100
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether `value` nests lists / objects more than MAX_ROW_DEPTH levels (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_ROW_DEPTH:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _parse_line(line: str, where: str) -> Any:
+    """One JSONL line as JSON, or a UsageError naming the line; json.JSONDecodeError is left to the caller (the
+    pretty-printed-file check reads on)."""
+    too_deep = UsageError(f"{where}: nested more than {MAX_ROW_DEPTH} levels deep ([ ] / {{ }} inside each other): "
+                          "no row format nests like this; check how the line was written.")
+    try:
+        row = json.loads(line, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise UsageError(f"{where}: '{dup}' is given twice in this row: JSON would keep only the last one, silently; "
+                         "keep one.") from None
+    except RecursionError:
+        raise too_deep from None
+    if isinstance(row, (dict, list)) and _too_deep(row):
+        raise too_deep
+    return row
+
+
+# Byte-order marks: UTF-16 / UTF-32 text is not UTF-8 (the first byte already fails to decode).
+_WIDE_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xfe": "UTF-16",
+              b"\xfe\xff": "UTF-16"}
+
+
+def _decode_line(raw: bytes, lineno: int, path: Path, not_jsonl: str) -> str:
+    """A line's bytes as text (UTF-8); a file in another encoding is named with its line, byte and the fix."""
+    if lineno == 1:
+        bom = next((name for mark, name in _WIDE_BOMS.items() if raw.startswith(mark)), None)
+        if bom or b"\x00" in raw:  # UTF-16 without a mark still has a zero byte beside every ASCII letter
+            raise UsageError(f"{not_jsonl}: it is {bom or 'UTF-16 or UTF-32'} text, not UTF-8; convert it, e.g. "
+                             f"iconv -f {bom or 'UTF-16'} -t UTF-8 {path.name} > {path.stem}.utf8.jsonl")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        byte = raw[err.start]
+        raise UsageError(f"{path}:{lineno}: byte 0x{byte:02x} at column {err.start + 1} is not UTF-8; the file is "
+                         f"likely latin-1 / Windows-1252: convert it, e.g. iconv -f WINDOWS-1252 -t UTF-8 "
+                         f"{path.name} > {path.stem}.utf8.jsonl") from None
+
+
+def _looks_like_csv(path: Path, first_line: str) -> bool:
+    if path.suffix.lower() in (".csv", ".tsv"):
+        return True
+    text = first_line.strip()
+    return bool(text) and text[:1] not in "[{" and ("," in text or "\t" in text)
 
 
 def iter_jsonl(path: str | Path, what: str = "File"):
@@ -512,29 +589,43 @@ def iter_jsonl(path: str | Path, what: str = "File"):
         if magic == b"\x1f\x8b":
             raise UsageError(f"{not_jsonl}: it is gzip-compressed; name it {path.name}.gz or gunzip it.")
     try:
-        with opener(path, "rt", encoding="utf-8-sig") as handle:  # a byte-order mark is not part of the first row
+        # bytes, decoded line by line: a byte that is not UTF-8 is named with its line, not its offset in the file
+        with opener(path, "rb") as handle:
             first = True
-            for lineno, line in enumerate(handle, 1):
+            for lineno, raw_line in enumerate(handle, 1):
+                if lineno == 1:
+                    raw_line = raw_line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not data
+                line = _decode_line(raw_line, lineno, path, not_jsonl)
                 if not line.strip():
                     continue
+                where = f"{path}:{lineno}"
                 try:
-                    row = json.loads(line)
+                    row = _parse_line(line, where)
                 except json.JSONDecodeError as err:
                     # the first line opens one JSON document spread over the file (pretty-printed JSON)
-                    if first and line.strip()[:1] in "[{" and _one_document(line + handle.read(64 << 20)):
+                    if first and line.strip()[:1] in "[{" and _one_document(
+                            line + handle.read(64 << 20).decode("utf-8", "replace")):
                         kind, jq = (("a JSON array", ".[]") if line.strip()[:1] == "[" else
                                     ("a JSON object spread over lines", "."))
                         raise UsageError(f"{not_jsonl}: it holds {kind}; write each row as one object on its own "
                                          f"line (e.g. jq -c '{jq}' file.json > file.jsonl).") from None
-                    raise UsageError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno}).") from None
+                    if first and _looks_like_csv(path, line):
+                        tabs = path.suffix.lower() == ".tsv" or "\t" in line and "," not in line
+                        kind, delimiter = ("TSV", ", delimiter='\\t'") if tabs else ("CSV", "")
+                        raise UsageError(
+                            f"{not_jsonl}: it looks like {kind}; convert it to one JSON object per row, e.g. "
+                            "python -c \"import csv, json, sys; [print(json.dumps(r)) for r in "
+                            f"csv.DictReader(open(sys.argv[1]){delimiter})]\" {path.name} > {path.stem}.jsonl"
+                        ) from None
+                    raise UsageError(f"{where}: not valid JSON ({err.msg} at column {err.colno}).") from None
                 if first and isinstance(row, list) and row and all(isinstance(r, dict) for r in row):
                     raise UsageError(f"{not_jsonl}: line {lineno} is a JSON array; write each row as one object on "
                                      "its own line (e.g. jq -c '.[]' file.json > file.jsonl).")
                 first = False
                 if not isinstance(row, dict):
-                    raise UsageError(f"{path}:{lineno}: each line must be a JSON object, not {type(row).__name__}.")
+                    raise UsageError(f"{where}: each line must be a JSON object, not {type(row).__name__}.")
                 yield lineno, row
-    except (OSError, UnicodeDecodeError, EOFError) as err:
+    except (OSError, EOFError) as err:
         raise UsageError(f"{what} {path} cannot be read ({err.__class__.__name__}: {err}).") from None
 
 

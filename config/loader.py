@@ -396,6 +396,9 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
         except DuplicateKey as dup:
             raise UsageError(f"{what} {path}: '{dup.key}' is given twice (line {dup.line}): the second would "
                              "silently replace the first; keep one.") from None
+        except RecursionError:  # the composer recurses once per level: a file nested ~1000 deep
+            raise UsageError(f"{what} {path} is nested too deeply to read: a config is a flat mapping of fields."
+                             ) from None
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -410,6 +413,9 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
                              "first; keep one.") from None
         except json.JSONDecodeError as err:
             raise UsageError(f"{what} {path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
+                             ) from None
+        except RecursionError:  # json's reader recurses once per level: a file nested ~1000 deep
+            raise UsageError(f"{what} {path} is nested too deeply to read: a config is a flat object of fields."
                              ) from None
         kind = "a JSON object {...}"
     if not isinstance(data, dict):
@@ -728,6 +734,8 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
     for name in non_negative:
         if getattr(config, name) < 0:
             raise UsageError(f"'{name}' must be 0 or more, not {getattr(config, name)}.")
+    if not 0 <= config.seed < 2**32:  # numpy's seed range: transformers' set_seed seeds numpy too, and fails there
+        raise UsageError(f"'seed' must be in [0, {2**32 - 1}] (numpy's seed range), not {config.seed}.")
     if config.max_generation_samples <= 0:
         raise UsageError(
             "'max_generation_samples' must be at least 1; use --disable-generation-logging to turn logging off."

@@ -287,6 +287,40 @@ def test_a_file_that_is_not_jsonl_says_so(cli, tmp_path, name, content, message)
     assert line.startswith(f"error: Custom data file {path} {message}")
 
 
+QA = [json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) for i in range(3)]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    # json's reader recurses once per level: 200 000 levels were a RecursionError traceback
+    ("rows.jsonl", ('{"prompt": ' + "[" * 200_000 + "]" * 200_000 + "}\n").encode(),
+     "rows.jsonl:1: nested more than 100 levels deep"),
+    # 900 levels parse, then deepcopy / Arrow recurse past the stack: refused at the same line
+    ("rows.jsonl", ("\n".join([*QA, '{"prompt": "p", "answer": "1", "x": ' + "[" * 900 + "]" * 900 + "}"]) + "\n"
+                    ).encode(), "rows.jsonl:4: nested more than 100 levels deep"),
+    # a key given twice: json keeps the last one without a word (config files refuse it too)
+    ("rows.jsonl", ("\n".join([*QA, '{"prompt": "What is 2 + 2?", "answer": "4", "answer": "5"}']) + "\n").encode(),
+     "rows.jsonl:4: 'answer' is given twice in this row: JSON would keep only the last one, silently; keep one."),
+    ("rows.jsonl", ("\n".join(QA) + '\n{"prompt": "caf\xe9?", "answer": "1"}\n').encode("latin-1"),
+     "rows.jsonl:4: byte 0xe9 at column 16 is not UTF-8; the file is likely latin-1 / Windows-1252: convert it, "
+     "e.g. iconv -f WINDOWS-1252 -t UTF-8 rows.jsonl > rows.utf8.jsonl"),
+    ("rows.jsonl", ("\n".join(QA) + "\n").encode("utf-16"),
+     "Custom data file {path} is not JSONL (one JSON object per line): it is UTF-16 text, not UTF-8; convert it, "
+     "e.g. iconv -f UTF-16 -t UTF-8 rows.jsonl > rows.utf8.jsonl"),
+    ("rows.csv", b"prompt,answer\nWhat is 1 + 1?,2\n",
+     "Custom data file {path} is not JSONL (one JSON object per line): it looks like CSV; convert it to one JSON "
+     "object per row, e.g. python -c \"import csv, json, sys; [print(json.dumps(r)) for r in "
+     "csv.DictReader(open(sys.argv[1]))]\" rows.csv > rows.jsonl"),
+    ("rows.jsonl", b"prompt\tanswer\nWhat is 1 + 1?\t2\n", "it looks like TSV"),
+])
+def test_unreadable_rows_are_one_line_naming_the_line(cli, tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, out, err = cli("--quick-test", "--custom-data", str(path), "--dry-run", "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err and not out.strip(), err[-3000:]
+    (line,) = err.strip().splitlines()
+    assert message.format(path=path) in line, line
+
+
 def _empty(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n")

@@ -183,3 +183,16 @@ def test_a_generation_log_dir_that_is_a_file(cli, tmp_path):
     line = refused(cli, tmp_path, "--generation-log-dir", log_file)
     assert line == (f"error: Generation log directory {log_file} is a file, not a directory: choose another "
                     "--generation-log-dir.")
+
+
+@pytest.mark.parametrize("value", ["-1", "4294967296"])
+def test_a_seed_numpy_cannot_take(cli, tmp_path, value):
+    # transformers' set_seed seeds numpy, which takes [0, 2**32): -1 was a numpy traceback, even under --dry-run
+    line = refused(cli, tmp_path, "--set", f"seed={value}")
+    assert line == f"error: 'seed' must be in [0, 4294967295] (numpy's seed range), not {value}."
+
+
+def test_a_config_file_nested_too_deeply(cli, tmp_path):
+    config = write(tmp_path / "run.json", '{"seed": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert "is nested too deeply to read: a config is a flat object of fields." in refused(cli, tmp_path, "--config",
+                                                                                          config)
