@@ -692,6 +692,27 @@ def _tests_as_list(row: Row, where: str) -> Row:
     return row
 
 
+# The roles chat templates render (OpenAI's and Hugging Face's chat format), and other tools' names for them.
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+ROLE_SPELLINGS = {"bot": "assistant", "gpt": "assistant", "model": "assistant", "ai": "assistant",
+                  "chatbot": "assistant", "human": "user", "person": "user", "function": "tool", "ipython": "tool"}
+
+
+def _prompt_value(row: Row, fmt: str, names: FieldNames, where: str) -> None:
+    """A prompt that is neither a text nor a message list (an object, a number) is refused with its line: the
+    formatter could only drop such a row as 'malformed', which says nothing of what to write instead."""
+    if fmt not in ("preference", "qa", "tests", "prompt"):
+        return
+    key = names.prompt or ("prompt" if "prompt" in row else "question")
+    value = row.get(key)
+    if value is None or isinstance(value, (str, list)):
+        return
+    kind = "an object" if isinstance(value, dict) else "true/false" if isinstance(value, bool) else \
+        "a number" if isinstance(value, (int, float)) else type(value).__name__
+    raise UsageError(f"{where}: '{key}' is {kind} ({json.dumps(value, default=str)[:60]}): give the prompt as a "
+                     'text, or a list of messages [{"role": "user", "content": "..."}].')
+
+
 def _message_texts(row: Row, where: str) -> Row:
     """The row with every message list's content as text (OpenAI's text parts joined), so one column kind holds
     both spellings; a content that is no text (an image part, a number) is refused: only text is read."""
@@ -702,6 +723,14 @@ def _message_texts(row: Row, where: str) -> Row:
             continue
         messages = []
         for number, message in enumerate(value, 1):
+            role = message["role"]
+            if role not in CHAT_ROLES:
+                # a chat template renders an unknown role as text, or not at all: the model would see another
+                # conversation than the file holds ('bot' left inside a prompt)
+                meant = ROLE_SPELLINGS.get(str(role).lower())
+                fix = f"write '{meant}'" if meant else "use one of those"
+                raise UsageError(f"{where}: '{key}' message {number} has role {json.dumps(role, default=str)}: "
+                                 f"chat templates know {', '.join(CHAT_ROLES)}; {fix}.")
             content = message["content"]
             text = content_text(content)
             if text is None and content is not None:  # null: the formatter drops the row as malformed (counted)
@@ -793,6 +822,7 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
                 f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
                 f"'{fmt}' rows: use one format per file."
             )
+        _prompt_value(row, fmt, names, f"{path}:{lineno}")
         row = _message_texts(row, f"{path}:{lineno}")
         if fmt == "tests":
             row = _tests_as_list(row, f"{path}:{lineno}")
@@ -1303,6 +1333,8 @@ def as_grpo_dataset(dataset, config):
     check_field_names(fmt, rows[0], names, "the dataset")
     formatter = make_custom_formatter(fmt, names)
     report = DatasetReport(source="the dataset passed to train()", format=fmt, dataset=origin)
+    for i, r in enumerate(rows):
+        _prompt_value(r, fmt, names, f"train(dataset) row {i + 1}")
     rows = [_message_texts(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)]
     rows = [_tests_as_list(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "tests" else rows
     if fmt == "io":

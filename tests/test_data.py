@@ -321,6 +321,29 @@ def test_unreadable_rows_are_one_line_naming_the_line(cli, tmp_path, name, conte
     assert message.format(path=path) in line, line
 
 
+@pytest.mark.parametrize("row, message", [
+    # a 'bot' turn reached the chat template as it was: the model saw another conversation than the file holds
+    ({"messages": [{"role": "user", "content": "Hi"}, {"role": "bot", "content": "Hello"},
+                   {"role": "user", "content": "And then?"}]},
+     "data.jsonl:1: 'messages' message 2 has role \"bot\": chat templates know system, user, assistant, tool; "
+     "write 'assistant'."),
+    ({"prompt": [{"role": "narrator", "content": "Once"}], "answer": "1"},
+     "data.jsonl:1: 'prompt' message 1 has role \"narrator\": chat templates know system, user, assistant, tool; "
+     "use one of those."),
+    # an object-valued prompt was dropped as 'malformed prompt: 23'
+    ({"prompt": {"text": "What is 1 + 1?"}, "answer": "2"},
+     "data.jsonl:1: 'prompt' is an object ({\"text\": \"What is 1 + 1?\"}): give the prompt as a text, or a list "
+     'of messages [{"role": "user", "content": "..."}].'),
+    ({"question": 12, "answer": "2"}, "data.jsonl:1: 'question' is a number (12): give the prompt as a text"),
+])
+def test_a_prompt_the_chat_template_would_misread(cli, tmp_path, row, message):
+    path = _jsonl(tmp_path, [row] * 12)
+    code, out, err = cli("--quick-test", "--custom-data", path, "--dry-run", "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err and not out.strip(), err[-3000:]
+    (line,) = err.strip().splitlines()
+    assert message in line, line
+
+
 def _empty(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n")
