@@ -672,6 +672,12 @@ def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -
             fix = (f" Preference data needs both: add --{partner}-field." if partner else "")
             raise UsageError(f"--{role}-field {given} is not used: the rows were read as '{fmt}' data "
                              f"({CUSTOM_FORMATS[fmt]}).{fix}")
+    if fmt != "io":  # standard-input cases need both halves: half of them would read the rows as prompts alone
+        for present, absent in (("inputs", "outputs"), ("outputs", "inputs")):
+            if isinstance(row.get(present), list) and absent not in row:
+                raise UsageError(f"{path}: the rows have '{present}' but no '{absent}', so they were read as '{fmt}' "
+                                 f"data and '{present}' would not be used: standard-input problems need both (what "
+                                 "each input must print in 'outputs').")
     if fmt == "prompt":  # a reply column the prompt-only format would drop without a word
         chosen, rejected = names.chosen or "chosen", names.rejected or "rejected"
         for present, absent in ((chosen, rejected), (rejected, chosen)):
@@ -711,6 +717,22 @@ def _prompt_value(row: Row, fmt: str, names: FieldNames, where: str) -> None:
         "a number" if isinstance(value, (int, float)) else type(value).__name__
     raise UsageError(f"{where}: '{key}' is {kind} ({json.dumps(value, default=str)[:60]}): give the prompt as a "
                      'text, or a list of messages [{"role": "user", "content": "..."}].')
+
+
+def _tests_parse(row: Row, fmt: str, where: str) -> None:
+    """Test code that is not Python fails for every completion (a run of all-zero rewards): named at its line here;
+    the code reward refuses it again for rows that come another way (rewards/code.py split_tests)."""
+    import ast
+
+    column = "tests" if fmt == "tests" else "test_list"
+    code = [(f"'{column}' item {n}", t) for n, t in enumerate(row.get(column) or [], 1) if isinstance(t, str)]
+    code += [("'test_setup_code'", row["test_setup_code"])] if isinstance(row.get("test_setup_code"), str) else []
+    for what, text in code:
+        try:
+            ast.parse(text)
+        except SyntaxError as err:
+            raise UsageError(f"{where}: {what} is not valid Python ({err.msg}, line {err.lineno}): every completion "
+                             "would fail it and score 0; fix it or leave it out.") from None
 
 
 def _message_texts(row: Row, where: str) -> Row:
@@ -826,6 +848,8 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
         row = _message_texts(row, f"{path}:{lineno}")
         if fmt == "tests":
             row = _tests_as_list(row, f"{path}:{lineno}")
+        if fmt in ("tests", "mbpp"):
+            _tests_parse(row, fmt, f"{path}:{lineno}")
         if fmt == "io":
             row = io_problem_row(row, names, f"{path}:{lineno}")
         if fmt == "qa":

@@ -344,6 +344,18 @@ def test_a_prompt_the_chat_template_would_misread(cli, tmp_path, row, message):
     assert message in line, line
 
 
+def test_standard_input_rows_without_outputs_are_refused(cli, tmp_path):
+    # read as prompts alone, they trained on the 'keywords' reward without a word
+    path = _jsonl(tmp_path, [{"question": f"Print the sum of the two numbers ({i}).", "inputs": ["1 2\n"]}
+                             for i in range(12)])
+    code, out, err = cli("--quick-test", "--custom-data", path, "--dry-run", "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and not out.strip()
+    (line,) = err.strip().splitlines()
+    assert line == (f"error: {path}: the rows have 'inputs' but no 'outputs', so they were read as 'prompt' data and "
+                    "'inputs' would not be used: standard-input problems need both (what each input must print in "
+                    "'outputs').")
+
+
 def _empty(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n")
