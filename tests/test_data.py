@@ -356,6 +356,18 @@ def test_standard_input_rows_without_outputs_are_refused(cli, tmp_path):
                     "'outputs').")
 
 
+def test_held_out_rows_left_out_of_evaluation_are_counted(tmp_path):
+    # learn_code_cpu's 60 rows at eval_fraction 0.34 hold out 21, and max_eval_samples 20 evaluates 20: the 21st was
+    # neither trained on nor evaluated while the report said nothing was dropped
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(60)]
+    train, evaluation, report = load_grpo_dataset(custom_data=_jsonl(tmp_path, rows), eval_fraction=0.34,
+                                                  max_eval_samples=20)
+    assert (len(train), len(evaluation)) == (39, 20)
+    assert report.dropped == {"eval": {"held out by eval_fraction beyond max_eval_samples 20: neither trained on nor "
+                                       "evaluated": 1}}
+    assert len(train) + len(evaluation) + 1 == len(rows)
+
+
 def _empty(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n")
