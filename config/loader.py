@@ -736,6 +736,27 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
             raise UsageError(f"'{name}' must be 0 or more, not {getattr(config, name)}.")
     if not 0 <= config.seed < 2**32:  # numpy's seed range: transformers' set_seed seeds numpy too, and fails there
         raise UsageError(f"'seed' must be in [0, {2**32 - 1}] (numpy's seed range), not {config.seed}.")
+    longest = config.max_prompt_length + config.max_completion_length
+    if config.max_completion_length >= config.max_seq_length or config.max_prompt_length and \
+            longest > config.max_seq_length:
+        # the model and the generation engine are prepared for max_seq_length tokens; past it the llama.cpp engine
+        # falls back to transformers without a word and a step takes minutes
+        prompt = f"max_prompt_length {config.max_prompt_length} + " if config.max_prompt_length else ""
+        raise UsageError(f"{prompt}max_completion_length {config.max_completion_length} tokens do not fit in "
+                         f"max_seq_length {config.max_seq_length} (the window the model is prepared for): raise "
+                         f"max_seq_length to {max(longest, config.max_completion_length + 1)}, or lower "
+                         "max_completion_length" + (" or max_prompt_length." if prompt else "."))
+    epsilon, epsilon_high = config.trl_args.get("epsilon", 0.2), config.trl_args.get("epsilon_high")
+    if epsilon_high is not None and config.loss_type != "cispo" and epsilon_high < epsilon:
+        # DAPO's clip-higher widens the upper bound (0.28 over 0.2); a narrower one clips most of the updates that
+        # raise a good completion's probability
+        raise UsageError(f"'epsilon_high' {epsilon_high:g} is below 'epsilon' {epsilon:g}: the upper clip bound "
+                         "would be the tighter one (DAPO's clip-higher uses 0.28 over 0.2); give epsilon_high >= "
+                         "epsilon, or leave it out (= epsilon).")
+    if epsilon_high is not None and config.loss_type == "cispo" and epsilon_high < 1:
+        raise UsageError(f"'epsilon_high' {epsilon_high:g} with loss_type cispo caps every importance weight below "
+                         "1 (an on-policy token's weight is 1): give the cap as a ratio, e.g. 5.0 (the ScaleRL "
+                         "paper's).")
     if config.max_generation_samples <= 0:
         raise UsageError(
             "'max_generation_samples' must be at least 1; use --disable-generation-logging to turn logging off."
@@ -786,6 +807,10 @@ def check_settings_in_use(config: GRPORunConfig) -> None:
     # A config file may hold every field (save_config_to_file, run_config.json): a value at its default there is
     # not a request; one typed on the command line or passed to GRPOConfig is.
     typed = ("flag", "--set", "api")
+    if config.custom_data and config.dataset_path:  # the custom file is read; the preset's local copy never is
+        raise UsageError(f"--custom-data {config.custom_data} and --dataset-path {config.dataset_path} both name the "
+                         "training data: give one (--dataset-path is a local copy of --dataset's preset; your own "
+                         "JSONL goes in --custom-data).")
     if config.custom_data and config.source_of("dataset") in typed and config.source_of("custom_data") in typed:
         raise UsageError(f"--custom-data {config.custom_data} and --dataset {config.dataset} both name the training "
                          "data: give one (custom data would replace the dataset).")

@@ -485,7 +485,14 @@ def resolve_resume(value: str, output_dir: Path, eval_only: bool = False) -> str
     if not path.exists():
         raise UsageError(f"Checkpoint {path} does not exist: check the path, or use 'latest'.")
     if eval_only:
-        return str(path)  # an adapter is enough; run() checks it against the model before anything is written
+        # an adapter is enough (run() checks it against the model before anything is written), but not one whose
+        # save is under way or died half-way: its files may be a mix of two steps, or cut short
+        marked = (path / WRITING).exists() or (path / COMPLETE).exists()
+        problem = checkpoint_problem(path) if marked else None
+        if problem:
+            raise UsageError(f"{path} is an incomplete checkpoint ({problem}): evaluate a complete one (e.g. "
+                             "--resume-from-checkpoint latest) or the finished run's output directory.")
+        return str(path)
     if not (path / TRAINER_STATE).exists():
         raise UsageError(f"{path} is not a trainer checkpoint (no trainer_state.json): give a checkpoint-N directory.")
     check_checkpoint(path)

@@ -180,6 +180,7 @@ class GRPOTrainer:
 
         config = self.config
         resolve_model_name(config.model_name)  # a directory without config.json fails only once the run has begun
+        check_lora_rank(config)
         check_output_dir(config.output_dir)
         if config.generation_log_dir:
             check_output_dir(config.generation_log_dir, "--generation-log-dir", "Generation log directory")
@@ -897,6 +898,20 @@ def dataset_fingerprint(train_ds) -> str:
     digest = hashlib.sha256(json.dumps(list(train_ds["id"])).encode())
     digest.update(json.dumps(train_ds[0]["prompt"] if len(train_ds) else None).encode())
     return digest.hexdigest()[:16]
+
+
+def check_lora_rank(config) -> None:
+    """A LoRA rank above the model's hidden size, refused where the shape is known without loading (a preset, a local
+    directory, the hub cache): an update on a layer `hidden` wide has rank `hidden` at most, so the rest is memory
+    (r x (in + out) per adapted layer) and time that add no capacity; 100 000 would only fail at the first step."""
+    from grpokit.load_plan import architecture_for
+    from grpokit.model_loader import model_path
+
+    arch = architecture_for(config.model_name, model_path(config.model_name, config.load_in_4bit))
+    if arch is not None and config.lora_r > arch.hidden:
+        raise UsageError(f"'lora_r' {config.lora_r} is above {config.model_name}'s hidden size {arch.hidden}: a LoRA "
+                         f"update on its layers has rank {arch.hidden} at most, so the rest would be memory without "
+                         "capacity. Give at most that (8-64 is usual; higher rank: more capacity, more memory).")
 
 
 def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) -> Path:

@@ -143,12 +143,24 @@ def _fake_adapter(tmp_path, base="/somewhere/smollm2-135m-instruct", weights=b"\
     return adapter
 
 
+def _being_written(tmp_path):
+    from grpokit.checkpoints import WRITING
+
+    checkpoint = _fake_adapter(tmp_path).rename(tmp_path / "checkpoint-3")
+    (checkpoint / WRITING).write_text("12345\n")
+    return checkpoint
+
+
 @pytest.mark.parametrize(
     "setup, message",
     [
         (lambda tmp: [], "--eval-only needs an adapter"),
         (lambda tmp: ["--resume-from-checkpoint", str(tmp)], "has no LoRA adapter"),  # a dir, but no adapter
         (lambda tmp: ["--resume-from-checkpoint", str(_fake_adapter(tmp))], "unreadable or truncated"),
+        # a checkpoint whose save is still under way (or died half-way) was evaluated as if complete
+        (lambda tmp: ["--resume-from-checkpoint", str(_being_written(tmp))],
+         "checkpoint-3 is an incomplete checkpoint (its save never finished: the process stopped while writing it): "
+         "evaluate a complete one (e.g. --resume-from-checkpoint latest) or the finished run's output directory."),
     ],
 )
 def test_eval_only_bad_input(cli, tmp_path, setup, message):

@@ -196,3 +196,28 @@ def test_a_config_file_nested_too_deeply(cli, tmp_path):
     config = write(tmp_path / "run.json", '{"seed": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert "is nested too deeply to read: a config is a flat object of fields." in refused(cli, tmp_path, "--config",
                                                                                           config)
+
+
+@pytest.mark.parametrize("args, message", [
+    # the engine fell back to transformers without a word: a 341 s step
+    (["--set", "max_completion_length=100000"], "max_prompt_length 128 + max_completion_length 100000 tokens do not "
+     "fit in max_seq_length 256 (the window the model is prepared for): raise max_seq_length to 100128, or lower "
+     "max_completion_length or max_prompt_length."),
+    (["--set", "max_prompt_length=0", "--set", "max_completion_length=256"], "max_completion_length 256 tokens do "
+     "not fit in max_seq_length 256"),
+    (["--lora-r", "100000"], "'lora_r' 100000 is above smollm2-135m's hidden size 576"),
+    (["--set", "epsilon_high=0.1"], "'epsilon_high' 0.1 is below 'epsilon' 0.2: the upper clip bound would be the "
+                                    "tighter one"),
+    (["--set", "loss_type=cispo", "--set", "epsilon_high=0.2"], "caps every importance weight below 1"),
+    # the preset's local copy was never read beside a custom file
+    (["--dataset-path", "some/dir", "--custom-data", "examples/code_functions.jsonl"],
+     "--custom-data examples/code_functions.jsonl and --dataset-path some/dir both name the training data: give one"),
+])
+def test_settings_that_cannot_work_as_given(cli, tmp_path, args, message):
+    assert message in refused(cli, tmp_path, *args)
+
+
+def test_settings_at_their_bounds_are_accepted(cli, tmp_path):
+    code, _, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--lora-r", "576",
+                       "--set", "max_completion_length=128", "--set", "epsilon_high=0.2")
+    assert code == 0, err
