@@ -231,7 +231,12 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
     if dry_run:
         from data_loader import count_prompt_length_drops
         from grpokit.objective import stated as stated_objective
+        from rewards.fit import try_user_rewards
 
+        # the user's own reward functions, called once as a step would call them: a broken one fails here, not at
+        # the first step after the model has loaded
+        try_user_rewards(reward_set, train_ds.select(range(min(4, len(train_ds)))).to_list(), config.reward_timeout,
+                         report.source)
         count_prompt_length_drops(train_ds, eval_ds, config, report)
         document = {"config": config_to_dict(config), "preset": preset, "dataset": report.as_dict(),
                     "rewards": {"mode": config.reward_function_type, "components": reward_set.names,

@@ -154,3 +154,42 @@ def add_reward_functions(reward_set, functions: list, weight: float = 1.0) -> No
                              "rename your function (TRL logs rewards by name).")
         reward_set.components.append(component)
         reward_set.weights.append(weight)
+
+
+# What a trial call gives the user's reward in place of the model's completions: an empty reply and a short one
+PLACEHOLDER_COMPLETIONS = ("", "The answer is 42.")
+
+
+def try_user_rewards(reward_set, rows: list[dict[str, Any]], timeout: float, source: str) -> None:
+    """`--dry-run`: call each of the user's own reward functions (--reward module:function, the Python API's
+    reward_funcs) once, as a training step would (the rows' columns as keyword arguments, conversational
+    completions), on a few real rows with placeholder completions. One that raises, returns the wrong count, NaN or
+    text is named in one line now, instead of at the first step after the model has loaded (--score-completions
+    catches the same through rewards.score_rows). Built-in rewards are not called: they are checked on the data
+    already, and code_execution / reward_model would start sandboxes or load a model."""
+    from config.errors import UsageError
+    from rewards.base import RewardError, check_reward_output, with_timeout
+    from rewards.components import Custom
+
+    own = [c for c in reward_set.components if isinstance(c, (Custom, UserRewardFunction))]
+    if not own or not rows:
+        return
+    prompts, completions, columns = [], [], {}
+    for row in rows:
+        for text in PLACEHOLDER_COMPLETIONS:
+            prompts.append(row.get("prompt"))
+            completions.append([{"role": "assistant", "content": text}] if isinstance(row.get("prompt"), list)
+                               else text)
+            for key, value in row.items():
+                if key != "prompt":
+                    columns.setdefault(key, []).append(value)
+    for component in own:
+        try:
+            values = with_timeout(component, timeout, component.__name__)(prompts=prompts, completions=completions,
+                                                                          **columns)
+            check_reward_output(component.__name__, values, len(completions))
+        except (RewardError, UsageError) as err:
+            cause = err.cause if isinstance(err, RewardError) else err
+            what = f"{cause.__class__.__name__}: {cause}" if isinstance(err, RewardError) else str(err).rstrip(".")
+            raise UsageError(f"reward '{component.__name__}' failed when tried on {len(rows)} rows of {source} with "
+                             f"{len(completions)} placeholder completions ({what}): fix the reward function.") from None

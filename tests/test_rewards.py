@@ -498,3 +498,41 @@ def test_score_completions_names_a_reward_that_raises(cli, tmp_path):
     code, _, err = cli("--score-completions", str(samples), "--reward", "tests.fixtures.user_rewards:raises")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "row 1: reward 'raises' failed: ZeroDivisionError" in err
+
+
+@pytest.mark.parametrize("function, words", [
+    ("raises", "(ZeroDivisionError: float division by zero)"),
+    ("too_few", "(Reward function 'too_few' returned 1 values for 8 completions: return one per completion)"),
+    ("nan_values", "returned nan: each value must be a finite number or None"),
+    ("not_numbers", "returned 'high': each value must be a finite number or None"),
+])
+def test_dry_run_tries_the_users_own_reward(cli, tmp_path, function, words):
+    # these failed only at the first step, after 73-97 s of loading; --score-completions caught them in a second
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--reward",
+                         f"tests.fixtures.user_rewards:{function}")
+    assert code == 2 and not out.strip() and "Traceback" not in err, err[-2000:]
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: reward '{function}' failed when tried on 4 rows of built-in arithmetic with 8 "
+                           "placeholder completions (") and words in line and line.endswith("fix the reward function.")
+
+
+def test_dry_run_passes_a_working_reward_of_the_users(cli, tmp_path):
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--reward",
+                         "tests.fixtures.user_rewards:mentions_cat")
+    assert code == 0, err
+    assert "mentions_cat" in json.loads(out)["rewards"]["components"]
+
+
+@pytest.mark.parametrize("model, words", [
+    ("./no_such_reward_model", "'reward_model.model' ./no_such_reward_model is no directory here"),
+    ("{tmp}", "has no config.json: give the directory a sequence-classification model was saved to"),
+])
+def test_a_reward_model_path_that_cannot_load_is_refused_by_the_dry_run(cli, tmp_path, model, words):
+    config = tmp_path / "rewards.json"
+    config.write_text(json.dumps({"accuracy_weight": 1.0, "reward_model_weight": 0.5,
+                                  "reward_model": {"model": model.format(tmp=tmp_path)}}))
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--reward-config",
+                         str(config))
+    assert code == 2 and not out.strip(), err[-2000:]
+    (line,) = err.strip().splitlines()
+    assert words in line, line
