@@ -719,6 +719,19 @@ def _prompt_value(row: Row, fmt: str, names: FieldNames, where: str) -> None:
                      'text, or a list of messages [{"role": "user", "content": "..."}].')
 
 
+def check_custom_row(row: Row, fmt: str, names: FieldNames, where: str) -> Row:
+    """One custom row's checks that need no other row (its prompt, its message roles and contents, its test code),
+    shared by --custom-data and --score-completions; returns the row with message texts joined and a `tests` string
+    as a one-item list."""
+    _prompt_value(row, fmt, names, where)
+    row = _message_texts(row, where)
+    if fmt == "tests":
+        row = _tests_as_list(row, where)
+    if fmt in ("tests", "mbpp"):
+        _tests_parse(row, fmt, where)
+    return row
+
+
 def _tests_parse(row: Row, fmt: str, where: str) -> None:
     """Test code that is not Python fails for every completion (a run of all-zero rewards): named at its line here;
     the code reward refuses it again for rows that come another way (rewards/code.py split_tests)."""
@@ -844,12 +857,7 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
                 f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
                 f"'{fmt}' rows: use one format per file."
             )
-        _prompt_value(row, fmt, names, f"{path}:{lineno}")
-        row = _message_texts(row, f"{path}:{lineno}")
-        if fmt == "tests":
-            row = _tests_as_list(row, f"{path}:{lineno}")
-        if fmt in ("tests", "mbpp"):
-            _tests_parse(row, fmt, f"{path}:{lineno}")
+        row = check_custom_row(row, fmt, names, f"{path}:{lineno}")
         if fmt == "io":
             row = io_problem_row(row, names, f"{path}:{lineno}")
         if fmt == "qa":

@@ -536,3 +536,25 @@ def test_a_reward_model_path_that_cannot_load_is_refused_by_the_dry_run(cli, tmp
     assert code == 2 and not out.strip(), err[-2000:]
     (line,) = err.strip().splitlines()
     assert words in line, line
+
+
+@pytest.mark.parametrize("rows, flags, message", [
+    # each was scored, with null scores and a total of 0 and no word, where a run would refuse the data
+    ([{"completion": "hello"}], [], "--score-completions row 1: no prompt or other usable fields (found only the "
+                                    "completions), so a run would refuse it"),
+    ([{"prompt": "a?", "answer": "1", "completion": "1"}, {"answer": "1", "completion": "1"}],
+     [], "--score-completions row 2: no prompt or other usable fields (found answer)"),
+    ([{"prompt": "Write add_one(x).", "tests": ["assert add_one(1) == 2"], "completion": "def add_one(x): ..."}],
+     ["--reward-preset", "qa"], "Reward(s) qa cannot score any row of {path} (qa scores None on every row"),
+    ([{"messages": [{"role": "user", "content": "Hi"}, {"role": "bot", "content": "Hello"}], "completion": "Hey"}],
+     [], "--score-completions row 1: 'messages' message 2 has role \"bot\""),
+    ([{"prompt": "Write f().", "tests": ["assert f( =="], "completion": "def f(): ..."}],
+     [], "--score-completions row 1: 'tests' item 1 is not valid Python"),
+])
+def test_score_completions_refuses_what_a_run_refuses(cli, tmp_path, rows, flags, message):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = cli("--score-completions", str(samples), *flags)
+    assert code == 2 and not out.strip() and "Traceback" not in err, err[-2000:]
+    (line,) = err.strip().splitlines()
+    assert message.format(path=samples) in line, line
