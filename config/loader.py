@@ -402,8 +402,13 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise UsageError(f"{what} {path} is not valid YAML{where}: {getattr(err, 'problem', None) or err}."
-                             ) from None
+            problem = str(getattr(err, "problem", None) or err)
+            tag = re.search(r"constructor for the tag '(?:tag:yaml\.org,2002:)?([^']*)'", problem)
+            if tag:  # PyYAML's words for a tag the safe loader does not build (!!python/object, a custom !Tag)
+                raise UsageError(f"{what} {path}{where}: the tag '{tag.group(1)}' is not read: a config holds plain "
+                                 "values (numbers, text, true/false, lists, mappings); write the value itself."
+                                 ) from None
+            raise UsageError(f"{what} {path} is not valid YAML{where}: {problem}.") from None
         kind = "a YAML mapping (key: value lines)"
     else:
         try:
@@ -448,8 +453,10 @@ def _unique_key_loader():
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base`: the anchors' keys, which this mapping's own may override (YAML's merge)
                 key = self.construct_object(key_node, deep=deep)
-                if key != "<<" and key in seen:
+                if key in seen:
                     raise DuplicateKey(key, key_node.start_mark.line + 1)
                 seen.add(key)
             return super().construct_mapping(node, deep)

@@ -221,3 +221,21 @@ def test_settings_at_their_bounds_are_accepted(cli, tmp_path):
     code, _, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--lora-r", "576",
                        "--set", "max_completion_length=128", "--set", "epsilon_high=0.2")
     assert code == 0, err
+
+
+def test_a_yaml_merge_key_is_read_as_yaml_reads_it(cli, tmp_path):
+    # `<<: *anchor` was refused in PyYAML's words ("could not determine a constructor for the tag ...merge")
+    from config.loader import load_config_file
+
+    config = write(tmp_path / "run.yaml", "lora: &lora {lora_r: 8, lora_alpha: 16}\n")
+    merged = write(tmp_path / "merged.yaml", "<<: {lora_r: 8, lora_alpha: 16}\nlora_r: 4\nmax_steps: 2\n")
+    loaded = load_config_file(merged)
+    assert (loaded.lora_r, loaded.lora_alpha, loaded.max_steps) == (4, 16, 2)  # the file's own key wins the merge
+    assert "unknown config key 'lora'" in refused(cli, tmp_path, "--config", config)
+
+
+def test_a_yaml_tag_that_is_not_a_plain_value(cli, tmp_path):
+    config = write(tmp_path / "run.yaml", "lora_r: !!python/object:os.system ls\n")
+    assert refused(cli, tmp_path, "--config", config) == (
+        f"error: Config file {config} at line 1, column 9: the tag 'python/object:os.system' is not read: a config "
+        "holds plain values (numbers, text, true/false, lists, mappings); write the value itself.")
