@@ -598,6 +598,8 @@ def normalise_layer(layer: dict[str, Any], source: str) -> dict[str, Any]:
             # derived from the fields beside them, so the file (or its dict, given to the Python API) read back
             # runs the same without them.
             layer = {key: value for key, value in layer.items() if key != derived}
+    if isinstance(layer.get("cpu_threads"), dict):  # run_config.json's record of the thread counts: not a setting
+        layer = {key: value for key, value in layer.items() if key != "cpu_threads"}
     for raw_key, value in layer.items():
         key = ALIASES.get(raw_key, raw_key)
         if key in spelled and key in ALIASES.values():

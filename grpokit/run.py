@@ -759,11 +759,15 @@ class GRPOTrainer:
 
     def _write_run_config(self, out: Path) -> None:
         """run_config.json: every field (`--config run_config.json` runs it again) and, under "objective", the loss
-        settings the trainer trained with and, under "agent", a tool run's tools, schemas and template (written by
-        the run, ignored when the file is read back)."""
+        settings the trainer trained with, under "agent", a tool run's tools, schemas and template, and under
+        "cpu_threads" the thread counts it used (written by the run, ignored when the file is read back)."""
+        from grpokit.cpu_threads import RECORD_KEY
+
         document = {**_config_dict(self.config), "objective": self.objective}
         if self.agent is not None and self.agent.active:
             document["agent"] = self.agent.describe()
+        if getattr(self, "threads", None) is not None:  # what else decided the result besides the seed
+            document[RECORD_KEY] = self.threads.record()
         (out / RUN_CONFIG).write_text(json.dumps(document, indent=2, default=str) + "\n")
 
     def _write_outputs(self, summary: dict[str, Any]) -> None:
