@@ -678,13 +678,14 @@ def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -
                 raise UsageError(f"{path}: the rows have '{present}' but no '{absent}', so they were read as '{fmt}' "
                                  f"data and '{present}' would not be used: standard-input problems need both (what "
                                  "each input must print in 'outputs').")
-    if fmt == "prompt":  # a reply column the prompt-only format would drop without a word
+    if fmt not in ("preference", "hh"):  # a reply column these formats would drop without a word
         chosen, rejected = names.chosen or "chosen", names.rejected or "rejected"
+        read_as = "prompts alone" if fmt == "prompt" else f"'{fmt}' data"
         for present, absent in ((chosen, rejected), (rejected, chosen)):
             if present in row and absent not in row:
-                raise UsageError(f"{path}: the rows have '{present}' but no '{absent}', so they were read as prompts "
-                                 f"alone and '{present}' would not be used: preference data needs both; a reference "
-                                 "reply alone goes in 'completion'.")
+                raise UsageError(f"{path}: the rows have '{present}' but no '{absent}', so they were read as "
+                                 f"{read_as} and '{present}' would not be used: preference data needs both; a "
+                                 "reference reply alone goes in 'completion'.")
 
 
 def _tests_as_list(row: Row, where: str) -> Row:
@@ -815,23 +816,47 @@ def _qa_answers(row: Row, names: FieldNames, where: str) -> Row:
     return {**row, key: aliases}
 
 
+_MESSAGE_KEYS = {"role", "content"}
+
+
 def _uniform_columns(rows: list[Row], path: str | Path) -> None:
-    """One kind of value per field (text, number, list, object), as a table column needs: else the first row that
-    differs is named (Arrow would stop with a traceback)."""
+    """One kind of value per field (text, number, list, object), as a table column needs, and inside lists and
+    objects too (a list's items, an object's keys: Arrow types them as well): else the first row that differs is
+    named (Arrow would stop with a traceback)."""
     def kind(value: Any) -> str:
         return ("list" if isinstance(value, (list, tuple)) else "object" if isinstance(value, dict) else
                 "text" if isinstance(value, str) else "true/false" if isinstance(value, bool) else
                 "number" if isinstance(value, (int, float)) else type(value).__name__)
 
+    def walk(value: Any, where: str):
+        """(field path, kind) for a value and everything inside it: 'meta', 'meta[]' (its items), 'meta.a'."""
+        stack = [(where, value)]
+        while stack:
+            name, item = stack.pop()
+            if item is None:
+                continue
+            yield name, kind(item)
+            if isinstance(item, list) and item and all(type(c) is str for c in item):
+                yield f"{name}[]", "text"  # the common shapes, said once rather than walked item by item
+            elif isinstance(item, list) and item and all(
+                    type(c) is dict and c.keys() == _MESSAGE_KEYS and type(c["role"]) is str
+                    and type(c["content"]) is str for c in item):
+                yield from ((f"{name}[]", "object"), (f"{name}[].role", "text"), (f"{name}[].content", "text"))
+            elif isinstance(item, dict):
+                stack.extend((f"{name}.{key}", child) for key, child in item.items())
+            elif isinstance(item, (list, tuple)):
+                stack.extend((f"{name}[]", child) for child in item)
+
     first: dict[str, tuple[str, int]] = {}
     for number, row in enumerate(rows, 1):
         for key, value in row.items():
-            if value is None:
-                continue
-            seen = first.setdefault(key, (kind(value), number))
-            if seen[0] != kind(value):
-                raise UsageError(f"{path}: field '{key}' is {kind(value)} in data row {number} but {seen[0]} in "
-                                 f"row {seen[1]}: give it one kind of value in every row.")
+            for name, found in walk(value, key):
+                seen = first.setdefault(name, (found, number))
+                if seen[0] != found:
+                    inside = (f" (the items of '{name[:-2]}')" if name.endswith("[]") else
+                              f" (inside '{name.split('.')[0].split('[')[0]}')" if name != key else "")
+                    raise UsageError(f"{path}: field '{name}'{inside} is {found} in data row {number} but {seen[0]} "
+                                     f"in row {seen[1]}: give it one kind of value in every row.")
 
 
 def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),

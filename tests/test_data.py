@@ -368,6 +368,31 @@ def test_held_out_rows_left_out_of_evaluation_are_counted(tmp_path):
     assert len(train) + len(evaluation) + 1 == len(rows)
 
 
+@pytest.mark.parametrize("rows, message", [
+    # Arrow types what is inside a list or an object too: these were an ArrowInvalid traceback
+    ([{"prompt": "a?", "answer": "1", "meta": [1, 2]}, {"prompt": "b?", "answer": "1", "meta": ["x", 2]}],
+     "data.jsonl: field 'meta[]' (the items of 'meta') is text in data row 2 but number in row 1: give it one kind "
+     "of value in every row."),
+    ([{"prompt": "a?", "answer": "1", "meta": {"a": 1}}, {"prompt": "b?", "answer": "1", "meta": {"a": "x"}}],
+     "data.jsonl: field 'meta.a' (inside 'meta') is text in data row 2 but number in row 1"),
+    # a reply column the format does not read was dropped without a word
+    ([{"prompt": "a?", "answer": "1", "chosen": "yes"}], "data.jsonl: the rows have 'chosen' but no 'rejected', so "
+                                                         "they were read as 'qa' data and 'chosen' would not be used"),
+    ([{"messages": [{"role": "user", "content": "Hi"}], "rejected": "go away"}],
+     "the rows have 'rejected' but no 'chosen', so they were read as 'messages' data"),
+])
+def test_what_a_table_cannot_hold_or_a_format_would_drop(tmp_path, rows, message):
+    with pytest.raises(UsageError) as err:
+        load_grpo_dataset(custom_data=_jsonl(tmp_path, rows * 6), eval_fraction=0)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_numbers_of_both_kinds_in_one_field_are_one_kind(tmp_path):
+    rows = [{"prompt": f"q{i}?", "answer": "1", "weight": 1 if i % 2 else 1.5} for i in range(12)]
+    train, _, _ = load_grpo_dataset(custom_data=_jsonl(tmp_path, rows), eval_fraction=0)
+    assert len(train) == 12
+
+
 def _empty(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n")
