@@ -215,3 +215,16 @@ def test_score_completions_on_an_empty_file(cli, tmp_path):
     assert err.strip().splitlines() == [f"error: --score-completions {path} has no rows: give a JSONL file with one "
                                         "object per line, each with 'completion' (a string) or 'completions' (a "
                                         "list), and the prompt's columns."]
+
+
+def test_resuming_from_a_finished_runs_directory_says_what_it_is(cli, tmp_path):
+    # it was called "incomplete: no .complete marker and optimizer.pt missing"
+    run = _fake_adapter(tmp_path).rename(tmp_path / "finished")
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 10}))
+    (run / "run_config.json").write_text(json.dumps({"seed": 42}))
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--resume-from-checkpoint",
+                         str(run))
+    assert code == 2 and not out.strip()
+    assert err.strip() == (f"error: {run} is a finished run's output directory, not a checkpoint: resume from a "
+                           "checkpoint-N directory (it kept none: save_steps 0 or save_total_limit); to evaluate its "
+                           "adapter, use --eval-only --resume-from-checkpoint with it.")
