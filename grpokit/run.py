@@ -142,26 +142,32 @@ class GRPOTrainer:
         missing = unscorable_components(reward_set, rows)
         if missing or not _columns_fit(reward_set, columns):
             default = default_reward_preset(report.format, rows, report.dataset)
-            if not explicit and default != config.reward_config_name:
+            # the preset that failed: no preset named and no file is the data's default already (no fallback to it)
+            failed = config.reward_config_name or ("" if config.reward_config else default)
+            if not explicit and default != failed:
                 notice = (f"reward preset '{config.reward_config_name}' cannot score {report.source} "
                           f"({_why(missing, reward_set, columns)}): using the data's default, '{default}'.")
-                self.notices.append(notice)
-                log.warning("%s", notice)
                 config.reward_config_name, config.reward_config = default, ""
                 reward_set = reward_set_for(config, report.format, self.extra_reward_funcs, rows, report.dataset)
                 missing = unscorable_components(reward_set, rows)
+                failed = default
+                if not missing:  # said only when the default can score the data: else the one error line below
+                    self.notices.append(notice)
+                    log.warning("%s", notice)
             if missing:
+                fix = (f"Use --reward-preset {default} or data with the columns they need" if default != failed else
+                       f"'{default}' is this data's default: give the rows what it scores against (non-empty "
+                       "answers, references), or a preset that needs none (--reward-preset keywords)")
                 raise UsageError(
                     f"Reward(s) {', '.join(missing)} cannot score any row of {report.source} ({_why(missing, reward_set, columns)}): "
-                    f"the run would learn nothing from it. Use --reward-preset "
-                    f"{default} or data with the columns they need.")
+                    f"the run would learn nothing from it. {fix}.")
         check_columns(reward_set, columns, report.source)
         _check_reward_metrics(config, reward_set, columns, report.source)
         from rewards.code import check_isolation, check_layouts
 
         # model-written code where the sandbox has no namespaces: refused unless allow_unsandboxed_code (CLI, API)
         check_isolation(config, reward_set, columns, report.source)
-        check_layouts(reward_set, rows, report.source)  # tests the code reward cannot run: refused at row 1
+        check_layouts(reward_set, rows, report.source)  # tests the code reward cannot run: refused, any row
         from grpokit.mixed_loss import check_reference
 
         # sft_loss_weight: data without a reference reply is refused here, before any model loads (CLI and API)

@@ -558,3 +558,17 @@ def test_score_completions_refuses_what_a_run_refuses(cli, tmp_path, rows, flags
     assert code == 2 and not out.strip() and "Traceback" not in err, err[-2000:]
     (line,) = err.strip().splitlines()
     assert message.format(path=samples) in line, line
+
+
+@pytest.mark.parametrize("preset", [[], ["--quick-test"]])
+def test_empty_answers_get_one_line_that_does_not_contradict_itself(cli, tmp_path, preset):
+    # were two lines: "reward preset '' cannot score ...: using the data's default, 'math'" then "... Use
+    # --reward-preset math", the preset that had just failed
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"What is {i} + 1?", "answer": ""}) + "\n" for i in range(12)))
+    code, out, err = cli(*preset, "--dry-run", "--custom-data", str(data), "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and not out.strip()
+    (line,) = [line for line in err.splitlines() if "INFO" not in line]
+    assert line.startswith("error: Reward(s) accuracy cannot score any row of custom file") and line.endswith(
+        "'math' is this data's default: give the rows what it scores against (non-empty answers, references), or "
+        "a preset that needs none (--reward-preset keywords).")
