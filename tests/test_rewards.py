@@ -387,7 +387,8 @@ def user_dir(tmp_path, monkeypatch):
 def test_custom_reward_module_in_the_current_directory_is_found(cli, user_dir):
     (user_dir / "my_rewards_cwd.py").write_text(
         "def likes_cats(completions, **kwargs):\n    return [0.75 if 'cat' in c else 0.0 for c in completions]\n")
-    code, out, err = cli("--score-completions", "samples.jsonl", "--reward-preset", "arithmetic",
+    # (the exact-answer preset cannot score these prompt-only rows: the preview refuses it as a run does)
+    code, out, err = cli("--score-completions", "samples.jsonl", "--reward-preset", "keywords",
                          "--reward", "my_rewards_cwd:likes_cats")
     assert code == 0, err
     assert json.loads(out)["scores"]["likes_cats"] == 0.75
