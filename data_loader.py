@@ -489,9 +489,86 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
 def _one_document(text: str) -> bool:
     try:
         json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return True
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook: a key given twice in one object is refused (json keeps the last one without a
+    word, so a row with "answer" twice would train on whichever came second); config files refuse it too."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+# Deeper than any row format nests (a message's text parts sit 5 levels down), and far below what json's reader,
+# deepcopy and Arrow survive: each recurses once per level, and ~1000 levels exhaust Python's stack (a traceback).
+MAX_ROW_DEPTH = 100
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether `value` nests lists / objects more than MAX_ROW_DEPTH levels (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_ROW_DEPTH:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _parse_line(line: str, where: str) -> Any:
+    """One JSONL line as JSON, or a UsageError naming the line; json.JSONDecodeError is left to the caller (the
+    pretty-printed-file check reads on)."""
+    too_deep = UsageError(f"{where}: nested more than {MAX_ROW_DEPTH} levels deep ([ ] / {{ }} inside each other): "
+                          "no row format nests like this; check how the line was written.")
+    try:
+        row = json.loads(line, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise UsageError(f"{where}: '{dup}' is given twice in this row: JSON would keep only the last one, silently; "
+                         "keep one.") from None
+    except RecursionError:
+        raise too_deep from None
+    if isinstance(row, (dict, list)) and _too_deep(row):
+        raise too_deep
+    return row
+
+
+# Byte-order marks: UTF-16 / UTF-32 text is not UTF-8 (the first byte already fails to decode).
+_WIDE_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xfe": "UTF-16",
+              b"\xfe\xff": "UTF-16"}
+
+
+def _decode_line(raw: bytes, lineno: int, path: Path, not_jsonl: str) -> str:
+    """A line's bytes as text (UTF-8); a file in another encoding is named with its line, byte and the fix."""
+    if lineno == 1:
+        bom = next((name for mark, name in _WIDE_BOMS.items() if raw.startswith(mark)), None)
+        if bom or b"\x00" in raw:  # UTF-16 without a mark still has a zero byte beside every ASCII letter
+            raise UsageError(f"{not_jsonl}: it is {bom or 'UTF-16 or UTF-32'} text, not UTF-8; convert it, e.g. "
+                             f"iconv -f {bom or 'UTF-16'} -t UTF-8 {path.name} > {path.stem}.utf8.jsonl")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        byte = raw[err.start]
+        raise UsageError(f"{path}:{lineno}: byte 0x{byte:02x} at column {err.start + 1} is not UTF-8; the file is "
+                         f"likely latin-1 / Windows-1252: convert it, e.g. iconv -f WINDOWS-1252 -t UTF-8 "
+                         f"{path.name} > {path.stem}.utf8.jsonl") from None
+
+
+def _looks_like_csv(path: Path, first_line: str) -> bool:
+    if path.suffix.lower() in (".csv", ".tsv"):
+        return True
+    text = first_line.strip()
+    return bool(text) and text[:1] not in "[{" and ("," in text or "\t" in text)
 
 
 def iter_jsonl(path: str | Path, what: str = "File"):
@@ -512,29 +589,43 @@ def iter_jsonl(path: str | Path, what: str = "File"):
         if magic == b"\x1f\x8b":
             raise UsageError(f"{not_jsonl}: it is gzip-compressed; name it {path.name}.gz or gunzip it.")
     try:
-        with opener(path, "rt", encoding="utf-8-sig") as handle:  # a byte-order mark is not part of the first row
+        # bytes, decoded line by line: a byte that is not UTF-8 is named with its line, not its offset in the file
+        with opener(path, "rb") as handle:
             first = True
-            for lineno, line in enumerate(handle, 1):
+            for lineno, raw_line in enumerate(handle, 1):
+                if lineno == 1:
+                    raw_line = raw_line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not data
+                line = _decode_line(raw_line, lineno, path, not_jsonl)
                 if not line.strip():
                     continue
+                where = f"{path}:{lineno}"
                 try:
-                    row = json.loads(line)
+                    row = _parse_line(line, where)
                 except json.JSONDecodeError as err:
                     # the first line opens one JSON document spread over the file (pretty-printed JSON)
-                    if first and line.strip()[:1] in "[{" and _one_document(line + handle.read(64 << 20)):
+                    if first and line.strip()[:1] in "[{" and _one_document(
+                            line + handle.read(64 << 20).decode("utf-8", "replace")):
                         kind, jq = (("a JSON array", ".[]") if line.strip()[:1] == "[" else
                                     ("a JSON object spread over lines", "."))
                         raise UsageError(f"{not_jsonl}: it holds {kind}; write each row as one object on its own "
                                          f"line (e.g. jq -c '{jq}' file.json > file.jsonl).") from None
-                    raise UsageError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno}).") from None
+                    if first and _looks_like_csv(path, line):
+                        tabs = path.suffix.lower() == ".tsv" or "\t" in line and "," not in line
+                        kind, delimiter = ("TSV", ", delimiter='\\t'") if tabs else ("CSV", "")
+                        raise UsageError(
+                            f"{not_jsonl}: it looks like {kind}; convert it to one JSON object per row, e.g. "
+                            "python -c \"import csv, json, sys; [print(json.dumps(r)) for r in "
+                            f"csv.DictReader(open(sys.argv[1]){delimiter})]\" {path.name} > {path.stem}.jsonl"
+                        ) from None
+                    raise UsageError(f"{where}: not valid JSON ({err.msg} at column {err.colno}).") from None
                 if first and isinstance(row, list) and row and all(isinstance(r, dict) for r in row):
                     raise UsageError(f"{not_jsonl}: line {lineno} is a JSON array; write each row as one object on "
                                      "its own line (e.g. jq -c '.[]' file.json > file.jsonl).")
                 first = False
                 if not isinstance(row, dict):
-                    raise UsageError(f"{path}:{lineno}: each line must be a JSON object, not {type(row).__name__}.")
+                    raise UsageError(f"{where}: each line must be a JSON object, not {type(row).__name__}.")
                 yield lineno, row
-    except (OSError, UnicodeDecodeError, EOFError) as err:
+    except (OSError, EOFError) as err:
         raise UsageError(f"{what} {path} cannot be read ({err.__class__.__name__}: {err}).") from None
 
 
@@ -581,13 +672,20 @@ def check_field_names(fmt: str, row: Row, names: FieldNames, path: str | Path) -
             fix = (f" Preference data needs both: add --{partner}-field." if partner else "")
             raise UsageError(f"--{role}-field {given} is not used: the rows were read as '{fmt}' data "
                              f"({CUSTOM_FORMATS[fmt]}).{fix}")
-    if fmt == "prompt":  # a reply column the prompt-only format would drop without a word
+    if fmt != "io":  # standard-input cases need both halves: half of them would read the rows as prompts alone
+        for present, absent in (("inputs", "outputs"), ("outputs", "inputs")):
+            if isinstance(row.get(present), list) and absent not in row:
+                raise UsageError(f"{path}: the rows have '{present}' but no '{absent}', so they were read as '{fmt}' "
+                                 f"data and '{present}' would not be used: standard-input problems need both (what "
+                                 "each input must print in 'outputs').")
+    if fmt not in ("preference", "hh"):  # a reply column these formats would drop without a word
         chosen, rejected = names.chosen or "chosen", names.rejected or "rejected"
+        read_as = "prompts alone" if fmt == "prompt" else f"'{fmt}' data"
         for present, absent in ((chosen, rejected), (rejected, chosen)):
             if present in row and absent not in row:
-                raise UsageError(f"{path}: the rows have '{present}' but no '{absent}', so they were read as prompts "
-                                 f"alone and '{present}' would not be used: preference data needs both; a reference "
-                                 "reply alone goes in 'completion'.")
+                raise UsageError(f"{path}: the rows have '{present}' but no '{absent}', so they were read as "
+                                 f"{read_as} and '{present}' would not be used: preference data needs both; a "
+                                 "reference reply alone goes in 'completion'.")
 
 
 def _tests_as_list(row: Row, where: str) -> Row:
@@ -601,6 +699,56 @@ def _tests_as_list(row: Row, where: str) -> Row:
     return row
 
 
+# The roles chat templates render (OpenAI's and Hugging Face's chat format), and other tools' names for them.
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+ROLE_SPELLINGS = {"bot": "assistant", "gpt": "assistant", "model": "assistant", "ai": "assistant",
+                  "chatbot": "assistant", "human": "user", "person": "user", "function": "tool", "ipython": "tool"}
+
+
+def _prompt_value(row: Row, fmt: str, names: FieldNames, where: str) -> None:
+    """A prompt that is neither a text nor a message list (an object, a number) is refused with its line: the
+    formatter could only drop such a row as 'malformed', which says nothing of what to write instead."""
+    if fmt not in ("preference", "qa", "tests", "prompt"):
+        return
+    key = names.prompt or ("prompt" if "prompt" in row else "question")
+    value = row.get(key)
+    if value is None or isinstance(value, (str, list)):
+        return
+    kind = "an object" if isinstance(value, dict) else "true/false" if isinstance(value, bool) else \
+        "a number" if isinstance(value, (int, float)) else type(value).__name__
+    raise UsageError(f"{where}: '{key}' is {kind} ({json.dumps(value, default=str)[:60]}): give the prompt as a "
+                     'text, or a list of messages [{"role": "user", "content": "..."}].')
+
+
+def check_custom_row(row: Row, fmt: str, names: FieldNames, where: str) -> Row:
+    """One custom row's checks that need no other row (its prompt, its message roles and contents, its test code),
+    shared by --custom-data and --score-completions; returns the row with message texts joined and a `tests` string
+    as a one-item list."""
+    _prompt_value(row, fmt, names, where)
+    row = _message_texts(row, where)
+    if fmt == "tests":
+        row = _tests_as_list(row, where)
+    if fmt in ("tests", "mbpp"):
+        _tests_parse(row, fmt, where)
+    return row
+
+
+def _tests_parse(row: Row, fmt: str, where: str) -> None:
+    """Test code that is not Python fails for every completion (a run of all-zero rewards): named at its line here;
+    the code reward refuses it again for rows that come another way (rewards/code.py split_tests)."""
+    import ast
+
+    column = "tests" if fmt == "tests" else "test_list"
+    code = [(f"'{column}' item {n}", t) for n, t in enumerate(row.get(column) or [], 1) if isinstance(t, str)]
+    code += [("'test_setup_code'", row["test_setup_code"])] if isinstance(row.get("test_setup_code"), str) else []
+    for what, text in code:
+        try:
+            ast.parse(text)
+        except SyntaxError as err:
+            raise UsageError(f"{where}: {what} is not valid Python ({err.msg}, line {err.lineno}): every completion "
+                             "would fail it and score 0; fix it or leave it out.") from None
+
+
 def _message_texts(row: Row, where: str) -> Row:
     """The row with every message list's content as text (OpenAI's text parts joined), so one column kind holds
     both spellings; a content that is no text (an image part, a number) is refused: only text is read."""
@@ -611,6 +759,14 @@ def _message_texts(row: Row, where: str) -> Row:
             continue
         messages = []
         for number, message in enumerate(value, 1):
+            role = message["role"]
+            if role not in CHAT_ROLES:
+                # a chat template renders an unknown role as text, or not at all: the model would see another
+                # conversation than the file holds ('bot' left inside a prompt)
+                meant = ROLE_SPELLINGS.get(str(role).lower())
+                fix = f"write '{meant}'" if meant else "use one of those"
+                raise UsageError(f"{where}: '{key}' message {number} has role {json.dumps(role, default=str)}: "
+                                 f"chat templates know {', '.join(CHAT_ROLES)}; {fix}.")
             content = message["content"]
             text = content_text(content)
             if text is None and content is not None:  # null: the formatter drops the row as malformed (counted)
@@ -660,23 +816,47 @@ def _qa_answers(row: Row, names: FieldNames, where: str) -> Row:
     return {**row, key: aliases}
 
 
+_MESSAGE_KEYS = {"role", "content"}
+
+
 def _uniform_columns(rows: list[Row], path: str | Path) -> None:
-    """One kind of value per field (text, number, list, object), as a table column needs: else the first row that
-    differs is named (Arrow would stop with a traceback)."""
+    """One kind of value per field (text, number, list, object), as a table column needs, and inside lists and
+    objects too (a list's items, an object's keys: Arrow types them as well): else the first row that differs is
+    named (Arrow would stop with a traceback)."""
     def kind(value: Any) -> str:
         return ("list" if isinstance(value, (list, tuple)) else "object" if isinstance(value, dict) else
                 "text" if isinstance(value, str) else "true/false" if isinstance(value, bool) else
                 "number" if isinstance(value, (int, float)) else type(value).__name__)
 
+    def walk(value: Any, where: str):
+        """(field path, kind) for a value and everything inside it: 'meta', 'meta[]' (its items), 'meta.a'."""
+        stack = [(where, value)]
+        while stack:
+            name, item = stack.pop()
+            if item is None:
+                continue
+            yield name, kind(item)
+            if isinstance(item, list) and item and all(type(c) is str for c in item):
+                yield f"{name}[]", "text"  # the common shapes, said once rather than walked item by item
+            elif isinstance(item, list) and item and all(
+                    type(c) is dict and c.keys() == _MESSAGE_KEYS and type(c["role"]) is str
+                    and type(c["content"]) is str for c in item):
+                yield from ((f"{name}[]", "object"), (f"{name}[].role", "text"), (f"{name}[].content", "text"))
+            elif isinstance(item, dict):
+                stack.extend((f"{name}.{key}", child) for key, child in item.items())
+            elif isinstance(item, (list, tuple)):
+                stack.extend((f"{name}[]", child) for child in item)
+
     first: dict[str, tuple[str, int]] = {}
     for number, row in enumerate(rows, 1):
         for key, value in row.items():
-            if value is None:
-                continue
-            seen = first.setdefault(key, (kind(value), number))
-            if seen[0] != kind(value):
-                raise UsageError(f"{path}: field '{key}' is {kind(value)} in data row {number} but {seen[0]} in "
-                                 f"row {seen[1]}: give it one kind of value in every row.")
+            for name, found in walk(value, key):
+                seen = first.setdefault(name, (found, number))
+                if seen[0] != found:
+                    inside = (f" (the items of '{name[:-2]}')" if name.endswith("[]") else
+                              f" (inside '{name.split('.')[0].split('[')[0]}')" if name != key else "")
+                    raise UsageError(f"{path}: field '{name}'{inside} is {found} in data row {number} but {seen[0]} "
+                                     f"in row {seen[1]}: give it one kind of value in every row.")
 
 
 def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
@@ -702,9 +882,7 @@ def read_custom_jsonl(path: str | Path, names: FieldNames = FieldNames(),
                 f"{path}:{lineno}: this row is in the '{row_fmt}' format but the file started with "
                 f"'{fmt}' rows: use one format per file."
             )
-        row = _message_texts(row, f"{path}:{lineno}")
-        if fmt == "tests":
-            row = _tests_as_list(row, f"{path}:{lineno}")
+        row = check_custom_row(row, fmt, names, f"{path}:{lineno}")
         if fmt == "io":
             row = io_problem_row(row, names, f"{path}:{lineno}")
         if fmt == "qa":
@@ -1100,6 +1278,14 @@ def _load_and_map(dataset, dataset_path, custom_data, max_samples, max_eval_samp
             report.dropped.setdefault("train", {})["prompt also in the eval split"] = before - len(train)
         if max_eval_samples:
             evaluation = evaluation.select(range(min(len(evaluation), max_eval_samples)))
+        if eval_split == "heldout":
+            # eval_fraction held these rows out of training and max_eval_samples leaves them out of evaluation: said,
+            # not lost without a word (60 rows at 0.34 hold out 21, of which 20 are evaluated)
+            unused = len(raw["heldout"]) - len(evaluation) - sum(report.dropped.get("eval", {}).values())
+            if unused > 0:
+                report.dropped.setdefault("eval", {})[
+                    f"held out by eval_fraction beyond max_eval_samples {max_eval_samples}: neither trained on nor "
+                    "evaluated"] = unused
     if max_samples:
         train = train.select(range(min(len(train), max_samples)))
     if len(train) == 0:
@@ -1212,6 +1398,8 @@ def as_grpo_dataset(dataset, config):
     check_field_names(fmt, rows[0], names, "the dataset")
     formatter = make_custom_formatter(fmt, names)
     report = DatasetReport(source="the dataset passed to train()", format=fmt, dataset=origin)
+    for i, r in enumerate(rows):
+        _prompt_value(r, fmt, names, f"train(dataset) row {i + 1}")
     rows = [_message_texts(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)]
     rows = [_tests_as_list(r, f"train(dataset) row {i + 1}") for i, r in enumerate(rows)] if fmt == "tests" else rows
     if fmt == "io":

@@ -232,7 +232,12 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         from data_loader import count_prompt_length_drops
         from grpokit.model_loader import choose_backend
         from grpokit.objective import stated as stated_objective
+        from rewards.fit import try_user_rewards
 
+        # the user's own reward functions, called once as a step would call them: a broken one fails here, not at
+        # the first step after the model has loaded
+        try_user_rewards(reward_set, train_ds.select(range(min(4, len(train_ds)))).to_list(), config.reward_timeout,
+                         report.source)
         count_prompt_length_drops(train_ds, eval_ds, config, report)
         document = {"config": config_to_dict(config), "preset": preset, "dataset": report.as_dict(),
                     "rewards": {"mode": config.reward_function_type, "components": reward_set.names,
@@ -290,7 +295,7 @@ def preview_rewards(config, path: Path) -> None:
     from data_loader import iter_jsonl
     from grpokit.run import reward_set_for
     from rewards import score_rows
-    from rewards.fit import preview_rows
+    from rewards.fit import preview_rows, unscorable_components
 
     rows = []
     for lineno, row in iter_jsonl(path, "--score-completions"):
@@ -303,6 +308,12 @@ def preview_rewards(config, path: Path) -> None:
     # scored against the columns a run maps (GSM8K's final number, an HH transcript's final reply), not the raw text
     data_format, mapped, scored = preview_rows(config, rows)
     reward_set = reward_set_for(config, data_format, [], mapped)
+    missing = unscorable_components(reward_set, mapped)
+    if missing:  # every row would print null and a total of 0: a run refuses such rewards, so does the preview
+        raise UsageError(f"Reward(s) {', '.join(missing)} cannot score any row of {path} ("
+                         + "; ".join(f"{name} {why}" for name, why in missing.items())
+                         + "): a run would refuse them. Use the data's default reward (no --reward-preset) or a "
+                         "preset that fits the rows.")
     for result in score_rows(reward_set, scored, timeout=config.reward_timeout):
         print(json.dumps(result, ensure_ascii=False))
 

@@ -396,11 +396,19 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
         except DuplicateKey as dup:
             raise UsageError(f"{what} {path}: '{dup.key}' is given twice (line {dup.line}): the second would "
                              "silently replace the first; keep one.") from None
+        except RecursionError:  # the composer recurses once per level: a file nested ~1000 deep
+            raise UsageError(f"{what} {path} is nested too deeply to read: a config is a flat mapping of fields."
+                             ) from None
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise UsageError(f"{what} {path} is not valid YAML{where}: {getattr(err, 'problem', None) or err}."
-                             ) from None
+            problem = str(getattr(err, "problem", None) or err)
+            tag = re.search(r"constructor for the tag '(?:tag:yaml\.org,2002:)?([^']*)'", problem)
+            if tag:  # PyYAML's words for a tag the safe loader does not build (!!python/object, a custom !Tag)
+                raise UsageError(f"{what} {path}{where}: the tag '{tag.group(1)}' is not read: a config holds plain "
+                                 "values (numbers, text, true/false, lists, mappings); write the value itself."
+                                 ) from None
+            raise UsageError(f"{what} {path} is not valid YAML{where}: {problem}.") from None
         kind = "a YAML mapping (key: value lines)"
     else:
         try:
@@ -410,6 +418,9 @@ def read_json_file(path: str | Path, what: str) -> dict[str, Any]:
                              "first; keep one.") from None
         except json.JSONDecodeError as err:
             raise UsageError(f"{what} {path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}."
+                             ) from None
+        except RecursionError:  # json's reader recurses once per level: a file nested ~1000 deep
+            raise UsageError(f"{what} {path} is nested too deeply to read: a config is a flat object of fields."
                              ) from None
         kind = "a JSON object {...}"
     if not isinstance(data, dict):
@@ -442,8 +453,10 @@ def _unique_key_loader():
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base`: the anchors' keys, which this mapping's own may override (YAML's merge)
                 key = self.construct_object(key_node, deep=deep)
-                if key != "<<" and key in seen:
+                if key in seen:
                     raise DuplicateKey(key, key_node.start_mark.line + 1)
                 seen.add(key)
             return super().construct_mapping(node, deep)
@@ -585,6 +598,8 @@ def normalise_layer(layer: dict[str, Any], source: str) -> dict[str, Any]:
             # derived from the fields beside them, so the file (or its dict, given to the Python API) read back
             # runs the same without them.
             layer = {key: value for key, value in layer.items() if key != derived}
+    if isinstance(layer.get("cpu_threads"), dict):  # run_config.json's record of the thread counts: not a setting
+        layer = {key: value for key, value in layer.items() if key != "cpu_threads"}
     for raw_key, value in layer.items():
         key = ALIASES.get(raw_key, raw_key)
         if key in spelled and key in ALIASES.values():
@@ -728,6 +743,29 @@ def validate(config: GRPORunConfig, world_size: int = 1) -> None:
     for name in non_negative:
         if getattr(config, name) < 0:
             raise UsageError(f"'{name}' must be 0 or more, not {getattr(config, name)}.")
+    if not 0 <= config.seed < 2**32:  # numpy's seed range: transformers' set_seed seeds numpy too, and fails there
+        raise UsageError(f"'seed' must be in [0, {2**32 - 1}] (numpy's seed range), not {config.seed}.")
+    longest = config.max_prompt_length + config.max_completion_length
+    if config.max_completion_length >= config.max_seq_length or config.max_prompt_length and \
+            longest > config.max_seq_length:
+        # the model and the generation engine are prepared for max_seq_length tokens; past it the llama.cpp engine
+        # falls back to transformers without a word and a step takes minutes
+        prompt = f"max_prompt_length {config.max_prompt_length} + " if config.max_prompt_length else ""
+        raise UsageError(f"{prompt}max_completion_length {config.max_completion_length} tokens do not fit in "
+                         f"max_seq_length {config.max_seq_length} (the window the model is prepared for): raise "
+                         f"max_seq_length to {max(longest, config.max_completion_length + 1)}, or lower "
+                         "max_completion_length" + (" or max_prompt_length." if prompt else "."))
+    epsilon, epsilon_high = config.trl_args.get("epsilon", 0.2), config.trl_args.get("epsilon_high")
+    if epsilon_high is not None and config.loss_type != "cispo" and epsilon_high < epsilon:
+        # DAPO's clip-higher widens the upper bound (0.28 over 0.2); a narrower one clips most of the updates that
+        # raise a good completion's probability
+        raise UsageError(f"'epsilon_high' {epsilon_high:g} is below 'epsilon' {epsilon:g}: the upper clip bound "
+                         "would be the tighter one (DAPO's clip-higher uses 0.28 over 0.2); give epsilon_high >= "
+                         "epsilon, or leave it out (= epsilon).")
+    if epsilon_high is not None and config.loss_type == "cispo" and epsilon_high < 1:
+        raise UsageError(f"'epsilon_high' {epsilon_high:g} with loss_type cispo caps every importance weight below "
+                         "1 (an on-policy token's weight is 1): give the cap as a ratio, e.g. 5.0 (the ScaleRL "
+                         "paper's).")
     if config.max_generation_samples <= 0:
         raise UsageError(
             "'max_generation_samples' must be at least 1; use --disable-generation-logging to turn logging off."
@@ -786,6 +824,10 @@ def check_settings_in_use(config: GRPORunConfig) -> None:
     # A config file may hold every field (save_config_to_file, run_config.json): a value at its default there is
     # not a request; one typed on the command line or passed to GRPOConfig is.
     typed = ("flag", "--set", "api")
+    if config.custom_data and config.dataset_path:  # the custom file is read; the preset's local copy never is
+        raise UsageError(f"--custom-data {config.custom_data} and --dataset-path {config.dataset_path} both name the "
+                         "training data: give one (--dataset-path is a local copy of --dataset's preset; your own "
+                         "JSONL goes in --custom-data).")
     if config.custom_data and config.source_of("dataset") in typed and config.source_of("custom_data") in typed:
         raise UsageError(f"--custom-data {config.custom_data} and --dataset {config.dataset} both name the training "
                          "data: give one (custom data would replace the dataset).")

@@ -279,7 +279,8 @@ class GRPORunConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay.", PANEL_TRAINING, True)
     max_grad_norm: float = _f(1.0, "Gradient clipping norm.", PANEL_TRAINING, True)
     optim: str = _f("adamw_torch", "Optimizer (TRL/transformers name; 8-bit ones need a GPU).", PANEL_TRAINING, True)
-    seed: int = _f(42, "Seed for data shuffling, LoRA init and sampling.", PANEL_TRAINING, True)
+    seed: int = _f(42, "Seed for data shuffling, LoRA init and sampling. On CPU the thread count decides the result too: "
+                       "OMP_NUM_THREADS=N pins it (docs/speed.md).", PANEL_TRAINING, True)
     logging_steps: int = _f(1, "Log training metrics every N optimizer steps.", PANEL_TRAINING, True)
 
     # ---- Training: mixed loss and adaptive group size (ours, grpokit/; docs/grpo-options.md) ---------------

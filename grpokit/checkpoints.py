@@ -485,7 +485,22 @@ def resolve_resume(value: str, output_dir: Path, eval_only: bool = False) -> str
     if not path.exists():
         raise UsageError(f"Checkpoint {path} does not exist: check the path, or use 'latest'.")
     if eval_only:
-        return str(path)  # an adapter is enough; run() checks it against the model before anything is written
+        # an adapter is enough (run() checks it against the model before anything is written), but not one whose
+        # save is under way or died half-way: its files may be a mix of two steps, or cut short
+        marked = (path / WRITING).exists() or (path / COMPLETE).exists()
+        problem = checkpoint_problem(path) if marked else None
+        if problem:
+            raise UsageError(f"{path} is an incomplete checkpoint ({problem}): evaluate a complete one (e.g. "
+                             "--resume-from-checkpoint latest) or the finished run's output directory.")
+        return str(path)
+    finished = not CHECKPOINT_NAME.match(path.name) and not (path / COMPLETE).exists() and any(
+        (path / name).exists() for name in ("run_config.json", "metrics_summary.json"))
+    if finished:  # its trainer_state.json is the end of a run, not a checkpoint: not "incomplete" either
+        newest = latest_complete_checkpoint(path, set_aside_incomplete=False)
+        where = (f"one of its checkpoints ({newest.name} is the newest complete one)" if newest is not None else
+                 "a checkpoint-N directory (it kept none: save_steps 0 or save_total_limit)")
+        raise UsageError(f"{path} is a finished run's output directory, not a checkpoint: resume from {where}; to "
+                         "evaluate its adapter, use --eval-only --resume-from-checkpoint with it.")
     if not (path / TRAINER_STATE).exists():
         raise UsageError(f"{path} is not a trainer checkpoint (no trainer_state.json): give a checkpoint-N directory.")
     check_checkpoint(path)

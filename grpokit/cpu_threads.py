@@ -24,7 +24,15 @@ no thread of it polls while torch trains; libgomp's sleeping workers take no CPU
 
 The user's settings win: `generation_threads` > 0 fixes the engine's count, OMP_NUM_THREADS (or MKL_NUM_THREADS) fixes
 torch's, and the engine then follows torch's as it always has.
+
+What it costs a seed: torch's backward sums in another order with another thread count (the embedded model's forward
+logits were bit-identical with 1 and 2 threads, a weight gradient 2e-8 apart), and a step later a sampled token can
+differ, so the same command and seed train differently on a quiet and on a busy machine (the quick test's eval
+reward 0.708 with 1 thread, 0.729 with 2). A fixed count would cost the very stalls above on a busy machine, so the
+count stays adaptive and the run says so: the header, run_config.json's "cpu_threads" (`record()`) and
+docs/speed.md name OMP_NUM_THREADS=N as what makes a seed one result on this machine.
 """
+
 
 from __future__ import annotations
 
@@ -40,6 +48,8 @@ log = logging.getLogger("grpo")
 
 TORCH_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Where a run's thread counts are recorded in run_config.json (ignored when the file is read back as a config)
+RECORD_KEY = "cpu_threads"
 
 
 # ---- what the machine gives this process ---------------------------------------------------------------------------
@@ -175,6 +185,7 @@ class ThreadPlan:
         self.meter = LoadMeter()
         self.choice: Choice | None = None
         self.engine = None
+        self.used: set[tuple[int, int]] = set()  # every (training, sampling) count the run applied
 
     def decide(self) -> Choice:
         """This moment's counts and why, from the machine since the last call (nothing applied)."""
@@ -202,6 +213,7 @@ class ThreadPlan:
         if self.engine is not None and hasattr(self.engine, "set_threads"):
             self.engine.set_threads(choice.engine)
         previous, self.choice = self.choice, choice
+        self.used.add((choice.torch, choice.engine))
         if previous is None or (previous.torch, previous.engine) != (choice.torch, choice.engine):
             # the log keeps each change (the run header shows the first)
             log.info("CPU threads: %s (%s)", self._counts(choice), choice.why, extra={"file_only": True})
@@ -227,9 +239,22 @@ class ThreadPlan:
         return ThreadPlanCallback()
 
     def describe(self) -> str:
-        """The run header's line: what is used now and why."""
+        """The run header's line: what is used now and why, and (when training's count follows the load) that the
+        count is part of what a seed's result depends on."""
         choice = self.choice or self.decide()
         fixed = self.torch_fixed and self.engine_fixed
-        return f"{self._counts(choice)} ({choice.why}{'' if fixed else '; re-checked every step'})"
+        line = f"{self._counts(choice)} ({choice.why}{'' if fixed else '; re-checked every step'})"
+        if not self.torch_fixed:
+            line += "; the result of a seed depends on the count: OMP_NUM_THREADS=N pins it"
+        return line
+
+    def record(self) -> dict:
+        """run_config.json's "cpu_threads": how the counts were chosen and which were used, so a result can be
+        reproduced (the same seed and OMP_NUM_THREADS set to the count used)."""
+        return {"training": self.torch_fixed or "adaptive (one per core not busy elsewhere)",
+                "sampling": f"generation_threads={self.engine_fixed}" if self.engine_fixed else "as training",
+                "used": [{"training": t, "sampling": e} for t, e in sorted(self.used)],
+                "reproduce": "a seed gives one result at one thread count: set OMP_NUM_THREADS to the count used"
+                             if not self.torch_fixed else "pinned"}
 
 

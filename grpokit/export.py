@@ -199,27 +199,33 @@ def resolve_base(adapter_dir: Path, config: dict, override: str | None) -> BaseM
     if preset is not None and preset.embedded:
         return BaseModel(name, preset.hub_id, embedded_model_dir())
     hub_id = preset.checkpoint(load_in_4bit=False) if preset is not None else name
+    # what to do about a base that cannot be used: pass --base-model, or, when it was passed, give it another value
+    given = f"--base-model {override}" if override else f"the base model {name}"
+    fix = "give --base-model" if override else "pass --base-model"
     if preset is None and Path(name).expanduser().is_dir():
         local = Path(name).expanduser()
         if not (local / "config.json").is_file() or not any(local.glob("*.safetensors")):
-            raise UsageError(f"the base model {local} is not a transformers model directory (config.json + "
-                             "*.safetensors): pass --base-model with one.")
+            raise UsageError(f"{given} is not a transformers model directory (config.json + *.safetensors): {fix} "
+                             "one.")
         if "quantization_config" in json.loads((local / "config.json").read_text()):
-            raise UsageError(f"{local} is a pre-quantized 4-bit checkpoint: pass --base-model with its 16-bit "
-                             "version (a directory or hub id).")
+            raise UsageError(f"{given} is a pre-quantized 4-bit checkpoint: {fix} its 16-bit version (a directory "
+                             "or hub id).")
         return BaseModel(name, None, local)
     if re.search(r"-(bnb|unsloth-bnb)-4bit$", hub_id, re.IGNORECASE):
-        raise UsageError(f"{hub_id} is a pre-quantized 4-bit checkpoint: pass --base-model with its 16-bit version.")
+        raise UsageError(f"{given if override else hub_id} is a pre-quantized 4-bit checkpoint: {fix} its 16-bit "
+                         "version.")
     if "/" not in hub_id or hub_id.startswith(("/", ".", "~")):
-        raise UsageError(f"the base model {hub_id} is neither a directory nor a Hugging Face id: pass --base-model.")
+        what = "no directory here" if hub_id.startswith(("/", ".", "~")) else "neither a directory nor a Hugging " \
+            "Face id"
+        raise UsageError(f"{given} is {what}: {fix} a model directory or an 'org/name' hub id.")
     cached = _hub_snapshot(hub_id, local_only=True)
     if cached is not None:
         return BaseModel(name, hub_id, cached)
     from grpokit.hub import hub_offline, hub_reachable
 
     if hub_offline() or not hub_reachable():
-        raise UsageError(f"the base model {hub_id} is not in the local Hugging Face cache and the hub cannot be "
-                         "reached (offline): connect and rerun, or pass --base-model DIR with its 16-bit weights.")
+        raise UsageError(f"{given} is not in the local Hugging Face cache and the hub cannot be reached (offline): "
+                         f"connect and rerun, or {fix} DIR with its 16-bit weights.")
     return BaseModel(name, hub_id, None, _download_size(hub_id))
 
 
@@ -954,6 +960,11 @@ def export_adapter(request: ExportRequest) -> ExportResult:
         check_hub_upload(request.push_to_hub)
     out = Path(request.output_dir).expanduser() if request.output_dir else default_output_dir(
         adapter_dir, request.format, quant)
+    from grpokit.run import check_output_dir
+
+    # a file where the directory would go, or a directory we cannot write: one line naming it, before any work (the
+    # write itself said only "File exists")
+    check_output_dir(str(out), "--output-dir", "Export directory")
     _check_space(request, base, out)
 
     result = ExportResult(out, rounding=rounding)
@@ -1006,7 +1017,7 @@ def export_adapter(request: ExportRequest) -> ExportResult:
             raise UsageError(f"the disk filled up while exporting into {out}: nothing was left under a final name; "
                              "free some space (or pass --output-dir on a larger disk) and rerun.") from None
         if isinstance(err, OSError):
-            raise UsageError(f"{err.filename or out}: {err.strerror or err}") from None
+            raise UsageError(f"exporting into {out}: {err.filename or out}: {err.strerror or err}") from None
         raise
     if request.push_to_hub:
         result.url = upload(out, request.push_to_hub, request.private, result)

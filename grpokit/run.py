@@ -142,26 +142,32 @@ class GRPOTrainer:
         missing = unscorable_components(reward_set, rows)
         if missing or not _columns_fit(reward_set, columns):
             default = default_reward_preset(report.format, rows, report.dataset)
-            if not explicit and default != config.reward_config_name:
+            # the preset that failed: no preset named and no file is the data's default already (no fallback to it)
+            failed = config.reward_config_name or ("" if config.reward_config else default)
+            if not explicit and default != failed:
                 notice = (f"reward preset '{config.reward_config_name}' cannot score {report.source} "
                           f"({_why(missing, reward_set, columns)}): using the data's default, '{default}'.")
-                self.notices.append(notice)
-                log.warning("%s", notice)
                 config.reward_config_name, config.reward_config = default, ""
                 reward_set = reward_set_for(config, report.format, self.extra_reward_funcs, rows, report.dataset)
                 missing = unscorable_components(reward_set, rows)
+                failed = default
+                if not missing:  # said only when the default can score the data: else the one error line below
+                    self.notices.append(notice)
+                    log.warning("%s", notice)
             if missing:
+                fix = (f"Use --reward-preset {default} or data with the columns they need" if default != failed else
+                       f"'{default}' is this data's default: give the rows what it scores against (non-empty "
+                       "answers, references), or a preset that needs none (--reward-preset keywords)")
                 raise UsageError(
                     f"Reward(s) {', '.join(missing)} cannot score any row of {report.source} ({_why(missing, reward_set, columns)}): "
-                    f"the run would learn nothing from it. Use --reward-preset "
-                    f"{default} or data with the columns they need.")
+                    f"the run would learn nothing from it. {fix}.")
         check_columns(reward_set, columns, report.source)
         _check_reward_metrics(config, reward_set, columns, report.source)
         from rewards.code import check_isolation, check_layouts
 
         # model-written code where the sandbox has no namespaces: refused unless allow_unsandboxed_code (CLI, API)
         check_isolation(config, reward_set, columns, report.source)
-        check_layouts(reward_set, rows, report.source)  # tests the code reward cannot run: refused at row 1
+        check_layouts(reward_set, rows, report.source)  # tests the code reward cannot run: refused, any row
         from grpokit.mixed_loss import check_reference
 
         # sft_loss_weight: data without a reference reply is refused here, before any model loads (CLI and API)
@@ -180,6 +186,7 @@ class GRPOTrainer:
 
         config = self.config
         resolve_model_name(config.model_name)  # a directory without config.json fails only once the run has begun
+        check_lora_rank(config)
         check_output_dir(config.output_dir)
         if config.generation_log_dir:
             check_output_dir(config.generation_log_dir, "--generation-log-dir", "Generation log directory")
@@ -764,11 +771,15 @@ class GRPOTrainer:
 
     def _write_run_config(self, out: Path) -> None:
         """run_config.json: every field (`--config run_config.json` runs it again) and, under "objective", the loss
-        settings the trainer trained with and, under "agent", a tool run's tools, schemas and template (written by
-        the run, ignored when the file is read back)."""
+        settings the trainer trained with, under "agent", a tool run's tools, schemas and template, and under
+        "cpu_threads" the thread counts it used (written by the run, ignored when the file is read back)."""
+        from grpokit.cpu_threads import RECORD_KEY
+
         document = {**_config_dict(self.config), "objective": self.objective}
         if self.agent is not None and self.agent.active:
             document["agent"] = self.agent.describe()
+        if getattr(self, "threads", None) is not None:  # what else decided the result besides the seed
+            document[RECORD_KEY] = self.threads.record()
         (out / RUN_CONFIG).write_text(json.dumps(document, indent=2, default=str) + "\n")
 
     def _write_outputs(self, summary: dict[str, Any]) -> None:
@@ -903,6 +914,20 @@ def dataset_fingerprint(train_ds) -> str:
     digest = hashlib.sha256(json.dumps(list(train_ds["id"])).encode())
     digest.update(json.dumps(train_ds[0]["prompt"] if len(train_ds) else None).encode())
     return digest.hexdigest()[:16]
+
+
+def check_lora_rank(config) -> None:
+    """A LoRA rank above the model's hidden size, refused where the shape is known without loading (a preset, a local
+    directory, the hub cache): an update on a layer `hidden` wide has rank `hidden` at most, so the rest is memory
+    (r x (in + out) per adapted layer) and time that add no capacity; 100 000 would only fail at the first step."""
+    from grpokit.load_plan import architecture_for
+    from grpokit.model_loader import model_path
+
+    arch = architecture_for(config.model_name, model_path(config.model_name, config.load_in_4bit))
+    if arch is not None and config.lora_r > arch.hidden:
+        raise UsageError(f"'lora_r' {config.lora_r} is above {config.model_name}'s hidden size {arch.hidden}: a LoRA "
+                         f"update on its layers has rank {arch.hidden} at most, so the rest would be memory without "
+                         "capacity. Give at most that (8-64 is usual; higher rank: more capacity, more memory).")
 
 
 def resolve_checkpoint(value: str, output_dir: Path, eval_only: bool = False) -> Path:

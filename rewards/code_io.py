@@ -120,6 +120,9 @@ def io_cases(row: dict[str, Any], where: str = "row") -> dict[str, Any] | None:
     if not cases:
         raise UsageError(f"{where}: its test cases are empty: a problem with no case cannot be scored.")
     limit = _seconds(row.get("time_limit"))
+    if limit is not None and limit < 0:  # every case would be past its limit: all-zero rewards
+        raise UsageError(f"{where}: 'time_limit' is {limit:g} seconds: give a positive limit, or none for "
+                         f"{DEFAULT_CASE_SECONDS:g} s per case.")
     return {"cases": [{"input": c["input"], "output": c["output"]} for c in cases], "fn_name": fn_name,
             "time_limit": limit, "float_tolerance": check_tolerance(row.get("float_tolerance"), where)}
 

@@ -450,6 +450,18 @@ class RewardModel(RewardComponent):
         super().check(source)
         if self.batch_size < 1 or self.max_length < 1:
             raise UsageError(f"{source}: 'reward_model.batch_size' and 'reward_model.max_length' must be 1 or more.")
+        if not self.model:
+            raise UsageError(f"{source}: 'reward_model' needs a 'model' setting: a hub id or local directory.")
+        # A local path is checked now; it failed only when the first step scored, after the policy had loaded. A
+        # hub id ('org/name' that is no directory here) is fetched when the reward first scores.
+        folder = Path(self.model).expanduser()
+        local = self.model.startswith((".", "/", "~")) or folder.exists() or self.model.count("/") > 1
+        if local and not folder.is_dir():
+            raise UsageError(f"{source}: 'reward_model.model' {self.model} is no directory here: give the directory "
+                             "a sequence-classification model was saved to, or a hub id 'org/name'.")
+        if local and not (folder / "config.json").is_file():
+            raise UsageError(f"{source}: 'reward_model.model' {self.model} has no config.json: give the directory "
+                             "a sequence-classification model was saved to (save_pretrained writes it).")
 
     def __getstate__(self):  # picklable without the weights
         state = dict(self.__dict__)

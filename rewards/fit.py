@@ -52,6 +52,17 @@ def preview_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str
     fmt, mapped = _map_rows(config, rows)
     scored = []
     for number, (row, (out, reason)) in enumerate(zip(rows, mapped, strict=True), 1):
+        if out is None and not reason:
+            from data_loader import CUSTOM_FORMATS, FieldNames, detect_custom_format
+
+            names = FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field)
+            data = {k: v for k, v in row.items() if k not in ("completion", "completions")}
+            if detect_custom_format(data, names) is None:  # a run refuses such a row: the preview does not score it
+                raise UsageError(f"--score-completions row {number}: no prompt or other usable fields (found "
+                                 f"{', '.join(sorted(data)) or 'only the completions'}), so a run would refuse it: "
+                                 f"give it a prompt, e.g. {CUSTOM_FORMATS['prompt'].split(' (')[0]} (the formats: "
+                                 "docs/data.md).")
+            # a row of another shape than the first (MBPP rows beside HumanEval's in one preview) is scored as it is
         if reason:
             raise UsageError(f"--score-completions row {number}: a run would drop this row ({reason}): fix the row "
                              "or leave it out.")
@@ -63,7 +74,7 @@ def preview_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[dict[str
 def _map_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[tuple[dict[str, Any] | None, str | None]]]:
     """(format, (mapped row, drop reason) per row); (None, None) for a row of another shape than the first (the
     preview scores it as it is) and for every row when no custom format fits."""
-    from data_loader import FieldNames, detect_custom_format, io_problem_row, make_custom_formatter
+    from data_loader import FieldNames, check_custom_row, detect_custom_format, io_problem_row, make_custom_formatter
 
     names = FieldNames(config.prompt_field, config.answer_field, config.chosen_field, config.rejected_field)
     data = [{k: v for k, v in row.items() if k not in ("completion", "completions")} for row in rows]
@@ -76,9 +87,11 @@ def _map_rows(config, rows: list[dict[str, Any]]) -> tuple[str, list[tuple[dict[
         if detect_custom_format(row, names) != fmt:  # a row of another shape: the preview scores it as it is
             mapped.append((None, None))
             continue
+        where = f"--score-completions row {number}"
+        check_custom_row(row, fmt, names, where)  # what a run refuses in a --custom-data row (a 'bot' turn, ...)
         try:
             if fmt == "io":  # the cases in the one form a run maps (data_loader.io_problem_row)
-                row = io_problem_row(row, names, f"--score-completions row {number}")
+                row = io_problem_row(row, names, where)
             mapped.append(formatter(row))
         except (KeyError, TypeError, ValueError):
             mapped.append((None, None))
@@ -154,3 +167,42 @@ def add_reward_functions(reward_set, functions: list, weight: float = 1.0) -> No
                              "rename your function (TRL logs rewards by name).")
         reward_set.components.append(component)
         reward_set.weights.append(weight)
+
+
+# What a trial call gives the user's reward in place of the model's completions: an empty reply and a short one
+PLACEHOLDER_COMPLETIONS = ("", "The answer is 42.")
+
+
+def try_user_rewards(reward_set, rows: list[dict[str, Any]], timeout: float, source: str) -> None:
+    """`--dry-run`: call each of the user's own reward functions (--reward module:function, the Python API's
+    reward_funcs) once, as a training step would (the rows' columns as keyword arguments, conversational
+    completions), on a few real rows with placeholder completions. One that raises, returns the wrong count, NaN or
+    text is named in one line now, instead of at the first step after the model has loaded (--score-completions
+    catches the same through rewards.score_rows). Built-in rewards are not called: they are checked on the data
+    already, and code_execution / reward_model would start sandboxes or load a model."""
+    from config.errors import UsageError
+    from rewards.base import RewardError, check_reward_output, with_timeout
+    from rewards.components import Custom
+
+    own = [c for c in reward_set.components if isinstance(c, (Custom, UserRewardFunction))]
+    if not own or not rows:
+        return
+    prompts, completions, columns = [], [], {}
+    for row in rows:
+        for text in PLACEHOLDER_COMPLETIONS:
+            prompts.append(row.get("prompt"))
+            completions.append([{"role": "assistant", "content": text}] if isinstance(row.get("prompt"), list)
+                               else text)
+            for key, value in row.items():
+                if key != "prompt":
+                    columns.setdefault(key, []).append(value)
+    for component in own:
+        try:
+            values = with_timeout(component, timeout, component.__name__)(prompts=prompts, completions=completions,
+                                                                          **columns)
+            check_reward_output(component.__name__, values, len(completions))
+        except (RewardError, UsageError) as err:
+            cause = err.cause if isinstance(err, RewardError) else err
+            what = f"{cause.__class__.__name__}: {cause}" if isinstance(err, RewardError) else str(err).rstrip(".")
+            raise UsageError(f"reward '{component.__name__}' failed when tried on {len(rows)} rows of {source} with "
+                             f"{len(completions)} placeholder completions ({what}): fix the reward function.") from None

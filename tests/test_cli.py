@@ -143,12 +143,24 @@ def _fake_adapter(tmp_path, base="/somewhere/smollm2-135m-instruct", weights=b"\
     return adapter
 
 
+def _being_written(tmp_path):
+    from grpokit.checkpoints import WRITING
+
+    checkpoint = _fake_adapter(tmp_path).rename(tmp_path / "checkpoint-3")
+    (checkpoint / WRITING).write_text("12345\n")
+    return checkpoint
+
+
 @pytest.mark.parametrize(
     "setup, message",
     [
         (lambda tmp: [], "--eval-only needs an adapter"),
         (lambda tmp: ["--resume-from-checkpoint", str(tmp)], "has no LoRA adapter"),  # a dir, but no adapter
         (lambda tmp: ["--resume-from-checkpoint", str(_fake_adapter(tmp))], "unreadable or truncated"),
+        # a checkpoint whose save is still under way (or died half-way) was evaluated as if complete
+        (lambda tmp: ["--resume-from-checkpoint", str(_being_written(tmp))],
+         "checkpoint-3 is an incomplete checkpoint (its save never finished: the process stopped while writing it): "
+         "evaluate a complete one (e.g. --resume-from-checkpoint latest) or the finished run's output directory."),
     ],
 )
 def test_eval_only_bad_input(cli, tmp_path, setup, message):
@@ -203,3 +215,16 @@ def test_score_completions_on_an_empty_file(cli, tmp_path):
     assert err.strip().splitlines() == [f"error: --score-completions {path} has no rows: give a JSONL file with one "
                                         "object per line, each with 'completion' (a string) or 'completions' (a "
                                         "list), and the prompt's columns."]
+
+
+def test_resuming_from_a_finished_runs_directory_says_what_it_is(cli, tmp_path):
+    # it was called "incomplete: no .complete marker and optimizer.pt missing"
+    run = _fake_adapter(tmp_path).rename(tmp_path / "finished")
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 10}))
+    (run / "run_config.json").write_text(json.dumps({"seed": 42}))
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--resume-from-checkpoint",
+                         str(run))
+    assert code == 2 and not out.strip()
+    assert err.strip() == (f"error: {run} is a finished run's output directory, not a checkpoint: resume from a "
+                           "checkpoint-N directory (it kept none: save_steps 0 or save_total_limit); to evaluate its "
+                           "adapter, use --eval-only --resume-from-checkpoint with it.")

@@ -32,6 +32,8 @@ def test_every_shipped_layout_is_read():
     ({"public_test_cases": json.dumps([{"input": "1", "output": "1", "testtype": "functional"}])},
      "names none: add 'fn_name'"),
     ({"inputs": [], "outputs": []}, "test cases are empty"),
+    # every case past a negative limit: all-zero rewards
+    ({"inputs": ["1"], "outputs": ["1"], "time_limit": -2}, "'time_limit' is -2 seconds: give a positive limit"),
 ])
 def test_unreadable_cases_are_one_line(row, message):
     with pytest.raises(UsageError, match=message):

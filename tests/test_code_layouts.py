@@ -5,6 +5,8 @@ run is refused with one line (UsageError), never scored 1.0."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from config.errors import UsageError
@@ -195,6 +197,28 @@ def test_a_layout_it_cannot_run_is_refused_at_the_first_row(tests, why):
     assert "\n" not in str(err.value)
     with pytest.raises(UsageError, match="no check|fixture|check"):
         split_tests(tests)
+
+
+@pytest.mark.parametrize("tests, setup, message", [
+    # a broken test failed every completion: a run of all-zero rewards, accepted without a word
+    (["assert add(1, 2) == 3", "assert add(1, 2) =="], "", "'tests' item 2 is not valid Python (invalid syntax, "
+                                                           "line 1): every completion would fail it and score 0"),
+    (["assert add(1, 2) == 3"], "import (", "'test_setup_code' is not valid Python"),
+    # a layout it cannot run, in a row after the first: was checked only in the first 16 rows, then scored 0
+    (["def test_file(tmp_path):\n    assert add(1, 2) == 3\n"], "", "(id p19): test function 'test_file' "
+                                                                    "needs the pytest fixture 'tmp_path'"),
+], ids=["syntax error", "set-up syntax error", "a later row's layout"])
+def test_tests_that_no_completion_can_pass_are_refused_before_loading(cli, tmp_path, tests, setup, message):
+    rows = [{"id": f"p{i}", "prompt": f"Write add(a, b), case {i}.", "tests": ["assert add(1, 2) == 3"],
+             "test_setup_code": ""} for i in range(24)]
+    rows[19 if "p19" in message else 0].update(tests=tests, test_setup_code=setup)
+    data = tmp_path / "code.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = cli("--quick-test", "--custom-data", str(data), "--set", "eval_fraction=0", "--dry-run",
+                         "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err and not out.strip(), err[-3000:]
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert message in line, line
 
 
 def test_a_failing_set_up_fails_the_row():

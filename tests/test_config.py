@@ -241,7 +241,7 @@ def test_attention_kernel_choice():
     from grpokit import model_loader
 
     short = build_config(preset="quick_test")  # 128 + 10 tokens
-    long = build_config(preset="quick_test", overrides=["max_completion_length=512"])
+    long = build_config(preset="quick_test", overrides=["max_completion_length=512", "max_seq_length=1024"])
     assert model_loader.attn_implementation(short, cuda=False) == "eager"
     assert model_loader.attn_implementation(long, cuda=False) is None
     assert model_loader.attn_implementation(short, cuda=True) is None

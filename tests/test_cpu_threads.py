@@ -165,3 +165,27 @@ def test_engine_threads_change_and_end_with_each_call():
         assert threads_now() == before
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("omp", [None, "1"])
+def test_the_run_says_what_besides_the_seed_decides_its_result(monkeypatch, omp):
+    # the same seed trained differently with 1 and 2 threads, and nothing said the count mattered
+    from config.loader import build_config, normalise_layer
+    from grpokit.cpu_threads import RECORD_KEY, ThreadPlan
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    if omp:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    plan = ThreadPlan(0)
+    plan.update()
+    line, record = plan.describe(), plan.record()
+    if omp is None:
+        assert line.endswith("; the result of a seed depends on the count: OMP_NUM_THREADS=N pins it")
+        assert record["training"].startswith("adaptive") and record["reproduce"].startswith("a seed gives one result")
+    else:
+        assert "pins it" not in line and record["training"] == "OMP_NUM_THREADS=1" and record["reproduce"] == "pinned"
+    assert record["used"] == [{"training": plan.choice.torch, "sampling": plan.choice.engine}]
+    # run_config.json holds the record; read back as a config, it is not a setting
+    assert normalise_layer({"seed": 7, RECORD_KEY: record}, "run_config.json") == {"seed": 7}
+    assert build_config(None, flags={"seed": 7}).seed == 7

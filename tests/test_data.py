@@ -287,6 +287,112 @@ def test_a_file_that_is_not_jsonl_says_so(cli, tmp_path, name, content, message)
     assert line.startswith(f"error: Custom data file {path} {message}")
 
 
+QA = [json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) for i in range(3)]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    # json's reader recurses once per level: 200 000 levels were a RecursionError traceback
+    ("rows.jsonl", ('{"prompt": ' + "[" * 200_000 + "]" * 200_000 + "}\n").encode(),
+     "rows.jsonl:1: nested more than 100 levels deep"),
+    # 900 levels parse, then deepcopy / Arrow recurse past the stack: refused at the same line
+    ("rows.jsonl", ("\n".join([*QA, '{"prompt": "p", "answer": "1", "x": ' + "[" * 900 + "]" * 900 + "}"]) + "\n"
+                    ).encode(), "rows.jsonl:4: nested more than 100 levels deep"),
+    # a key given twice: json keeps the last one without a word (config files refuse it too)
+    ("rows.jsonl", ("\n".join([*QA, '{"prompt": "What is 2 + 2?", "answer": "4", "answer": "5"}']) + "\n").encode(),
+     "rows.jsonl:4: 'answer' is given twice in this row: JSON would keep only the last one, silently; keep one."),
+    ("rows.jsonl", ("\n".join(QA) + '\n{"prompt": "caf\xe9?", "answer": "1"}\n').encode("latin-1"),
+     "rows.jsonl:4: byte 0xe9 at column 16 is not UTF-8; the file is likely latin-1 / Windows-1252: convert it, "
+     "e.g. iconv -f WINDOWS-1252 -t UTF-8 rows.jsonl > rows.utf8.jsonl"),
+    ("rows.jsonl", ("\n".join(QA) + "\n").encode("utf-16"),
+     "Custom data file {path} is not JSONL (one JSON object per line): it is UTF-16 text, not UTF-8; convert it, "
+     "e.g. iconv -f UTF-16 -t UTF-8 rows.jsonl > rows.utf8.jsonl"),
+    ("rows.csv", b"prompt,answer\nWhat is 1 + 1?,2\n",
+     "Custom data file {path} is not JSONL (one JSON object per line): it looks like CSV; convert it to one JSON "
+     "object per row, e.g. python -c \"import csv, json, sys; [print(json.dumps(r)) for r in "
+     "csv.DictReader(open(sys.argv[1]))]\" rows.csv > rows.jsonl"),
+    ("rows.jsonl", b"prompt\tanswer\nWhat is 1 + 1?\t2\n", "it looks like TSV"),
+])
+def test_unreadable_rows_are_one_line_naming_the_line(cli, tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, out, err = cli("--quick-test", "--custom-data", str(path), "--dry-run", "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err and not out.strip(), err[-3000:]
+    (line,) = err.strip().splitlines()
+    assert message.format(path=path) in line, line
+
+
+@pytest.mark.parametrize("row, message", [
+    # a 'bot' turn reached the chat template as it was: the model saw another conversation than the file holds
+    ({"messages": [{"role": "user", "content": "Hi"}, {"role": "bot", "content": "Hello"},
+                   {"role": "user", "content": "And then?"}]},
+     "data.jsonl:1: 'messages' message 2 has role \"bot\": chat templates know system, user, assistant, tool; "
+     "write 'assistant'."),
+    ({"prompt": [{"role": "narrator", "content": "Once"}], "answer": "1"},
+     "data.jsonl:1: 'prompt' message 1 has role \"narrator\": chat templates know system, user, assistant, tool; "
+     "use one of those."),
+    # an object-valued prompt was dropped as 'malformed prompt: 23'
+    ({"prompt": {"text": "What is 1 + 1?"}, "answer": "2"},
+     "data.jsonl:1: 'prompt' is an object ({\"text\": \"What is 1 + 1?\"}): give the prompt as a text, or a list "
+     'of messages [{"role": "user", "content": "..."}].'),
+    ({"question": 12, "answer": "2"}, "data.jsonl:1: 'question' is a number (12): give the prompt as a text"),
+])
+def test_a_prompt_the_chat_template_would_misread(cli, tmp_path, row, message):
+    path = _jsonl(tmp_path, [row] * 12)
+    code, out, err = cli("--quick-test", "--custom-data", path, "--dry-run", "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err and not out.strip(), err[-3000:]
+    (line,) = err.strip().splitlines()
+    assert message in line, line
+
+
+def test_standard_input_rows_without_outputs_are_refused(cli, tmp_path):
+    # read as prompts alone, they trained on the 'keywords' reward without a word
+    path = _jsonl(tmp_path, [{"question": f"Print the sum of the two numbers ({i}).", "inputs": ["1 2\n"]}
+                             for i in range(12)])
+    code, out, err = cli("--quick-test", "--custom-data", path, "--dry-run", "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and not out.strip()
+    (line,) = err.strip().splitlines()
+    assert line == (f"error: {path}: the rows have 'inputs' but no 'outputs', so they were read as 'prompt' data and "
+                    "'inputs' would not be used: standard-input problems need both (what each input must print in "
+                    "'outputs').")
+
+
+def test_held_out_rows_left_out_of_evaluation_are_counted(tmp_path):
+    # learn_code_cpu's 60 rows at eval_fraction 0.34 hold out 21, and max_eval_samples 20 evaluates 20: the 21st was
+    # neither trained on nor evaluated while the report said nothing was dropped
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(60)]
+    train, evaluation, report = load_grpo_dataset(custom_data=_jsonl(tmp_path, rows), eval_fraction=0.34,
+                                                  max_eval_samples=20)
+    assert (len(train), len(evaluation)) == (39, 20)
+    assert report.dropped == {"eval": {"held out by eval_fraction beyond max_eval_samples 20: neither trained on nor "
+                                       "evaluated": 1}}
+    assert len(train) + len(evaluation) + 1 == len(rows)
+
+
+@pytest.mark.parametrize("rows, message", [
+    # Arrow types what is inside a list or an object too: these were an ArrowInvalid traceback
+    ([{"prompt": "a?", "answer": "1", "meta": [1, 2]}, {"prompt": "b?", "answer": "1", "meta": ["x", 2]}],
+     "data.jsonl: field 'meta[]' (the items of 'meta') is text in data row 2 but number in row 1: give it one kind "
+     "of value in every row."),
+    ([{"prompt": "a?", "answer": "1", "meta": {"a": 1}}, {"prompt": "b?", "answer": "1", "meta": {"a": "x"}}],
+     "data.jsonl: field 'meta.a' (inside 'meta') is text in data row 2 but number in row 1"),
+    # a reply column the format does not read was dropped without a word
+    ([{"prompt": "a?", "answer": "1", "chosen": "yes"}], "data.jsonl: the rows have 'chosen' but no 'rejected', so "
+                                                         "they were read as 'qa' data and 'chosen' would not be used"),
+    ([{"messages": [{"role": "user", "content": "Hi"}], "rejected": "go away"}],
+     "the rows have 'rejected' but no 'chosen', so they were read as 'messages' data"),
+])
+def test_what_a_table_cannot_hold_or_a_format_would_drop(tmp_path, rows, message):
+    with pytest.raises(UsageError) as err:
+        load_grpo_dataset(custom_data=_jsonl(tmp_path, rows * 6), eval_fraction=0)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_numbers_of_both_kinds_in_one_field_are_one_kind(tmp_path):
+    rows = [{"prompt": f"q{i}?", "answer": "1", "weight": 1 if i % 2 else 1.5} for i in range(12)]
+    train, _, _ = load_grpo_dataset(custom_data=_jsonl(tmp_path, rows), eval_fraction=0)
+    assert len(train) == 12
+
+
 def _empty(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text("\n")

@@ -392,3 +392,44 @@ def test_hub_push_a_failed_commit_commits_nothing_and_keeps_the_export(run, hub,
     assert hub.repos["me/model"].commits == []
     assert any(p.name.endswith(".lora.gguf") for p in (tmp_path / "out").iterdir())
     assert (tmp_path / "out" / "README.md").is_file() and (tmp_path / "out" / "run_config.json").is_file()
+
+
+@pytest.mark.parametrize("base, words", [
+    ("{tmp}/empty", "--base-model {tmp}/empty is not a transformers model directory (config.json + *.safetensors): "
+                    "give --base-model one."),
+    ("./nowhere", "--base-model ./nowhere is no directory here: give --base-model a model directory or an 'org/name' "
+                  "hub id."),
+    ("example-org/not-cached-model", "--base-model example-org/not-cached-model is not in the local Hugging Face "
+                                     "cache and the hub cannot be reached (offline): connect and rerun, or give "
+                                     "--base-model DIR with its 16-bit weights."),
+])
+def test_a_base_model_given_that_cannot_be_used_is_named_as_given(tmp_path, monkeypatch, base, words):
+    # these said "pass --base-model" to a user who had passed it
+    from config.errors import UsageError
+    from grpokit.export import ADAPTER_FILES, resolve_base
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "empty").mkdir()
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / ADAPTER_FILES[0]).write_text(json.dumps({"base_model_name_or_path": "org/base"}))
+    with pytest.raises(UsageError) as err:
+        resolve_base(adapter, {}, base.format(tmp=tmp_path))
+    assert str(err.value) == words.format(tmp=tmp_path)
+
+
+def test_an_output_dir_that_is_a_file_is_named(tmp_path):
+    # the write itself said only "error: ...: File exists"
+    import torch
+    from safetensors.torch import save_file
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "smollm2-135m-instruct",
+                                                            "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(8, 576)},
+              str(adapter / "adapter_model.safetensors"))
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file")
+    line = one_error_line(cli("export", str(adapter), "--output-dir", str(blocker), "--no-measure"))
+    assert line == f"error: Export directory {blocker} is a file, not a directory: choose another --output-dir."

@@ -387,7 +387,8 @@ def user_dir(tmp_path, monkeypatch):
 def test_custom_reward_module_in_the_current_directory_is_found(cli, user_dir):
     (user_dir / "my_rewards_cwd.py").write_text(
         "def likes_cats(completions, **kwargs):\n    return [0.75 if 'cat' in c else 0.0 for c in completions]\n")
-    code, out, err = cli("--score-completions", "samples.jsonl", "--reward-preset", "arithmetic",
+    # (the exact-answer preset cannot score these prompt-only rows: the preview refuses it as a run does)
+    code, out, err = cli("--score-completions", "samples.jsonl", "--reward-preset", "keywords",
                          "--reward", "my_rewards_cwd:likes_cats")
     assert code == 0, err
     assert json.loads(out)["scores"]["likes_cats"] == 0.75
@@ -498,3 +499,77 @@ def test_score_completions_names_a_reward_that_raises(cli, tmp_path):
     code, _, err = cli("--score-completions", str(samples), "--reward", "tests.fixtures.user_rewards:raises")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "row 1: reward 'raises' failed: ZeroDivisionError" in err
+
+
+@pytest.mark.parametrize("function, words", [
+    ("raises", "(ZeroDivisionError: float division by zero)"),
+    ("too_few", "(Reward function 'too_few' returned 1 values for 8 completions: return one per completion)"),
+    ("nan_values", "returned nan: each value must be a finite number or None"),
+    ("not_numbers", "returned 'high': each value must be a finite number or None"),
+])
+def test_dry_run_tries_the_users_own_reward(cli, tmp_path, function, words):
+    # these failed only at the first step, after 73-97 s of loading; --score-completions caught them in a second
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--reward",
+                         f"tests.fixtures.user_rewards:{function}")
+    assert code == 2 and not out.strip() and "Traceback" not in err, err[-2000:]
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: reward '{function}' failed when tried on 4 rows of built-in arithmetic with 8 "
+                           "placeholder completions (") and words in line and line.endswith("fix the reward function.")
+
+
+def test_dry_run_passes_a_working_reward_of_the_users(cli, tmp_path):
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--reward",
+                         "tests.fixtures.user_rewards:mentions_cat")
+    assert code == 0, err
+    assert "mentions_cat" in json.loads(out)["rewards"]["components"]
+
+
+@pytest.mark.parametrize("model, words", [
+    ("./no_such_reward_model", "'reward_model.model' ./no_such_reward_model is no directory here"),
+    ("{tmp}", "has no config.json: give the directory a sequence-classification model was saved to"),
+])
+def test_a_reward_model_path_that_cannot_load_is_refused_by_the_dry_run(cli, tmp_path, model, words):
+    config = tmp_path / "rewards.json"
+    config.write_text(json.dumps({"accuracy_weight": 1.0, "reward_model_weight": 0.5,
+                                  "reward_model": {"model": model.format(tmp=tmp_path)}}))
+    code, out, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--reward-config",
+                         str(config))
+    assert code == 2 and not out.strip(), err[-2000:]
+    (line,) = err.strip().splitlines()
+    assert words in line, line
+
+
+@pytest.mark.parametrize("rows, flags, message", [
+    # each was scored, with null scores and a total of 0 and no word, where a run would refuse the data
+    ([{"completion": "hello"}], [], "--score-completions row 1: no prompt or other usable fields (found only the "
+                                    "completions), so a run would refuse it"),
+    ([{"prompt": "a?", "answer": "1", "completion": "1"}, {"answer": "1", "completion": "1"}],
+     [], "--score-completions row 2: no prompt or other usable fields (found answer)"),
+    ([{"prompt": "Write add_one(x).", "tests": ["assert add_one(1) == 2"], "completion": "def add_one(x): ..."}],
+     ["--reward-preset", "qa"], "Reward(s) qa cannot score any row of {path} (qa scores None on every row"),
+    ([{"messages": [{"role": "user", "content": "Hi"}, {"role": "bot", "content": "Hello"}], "completion": "Hey"}],
+     [], "--score-completions row 1: 'messages' message 2 has role \"bot\""),
+    ([{"prompt": "Write f().", "tests": ["assert f( =="], "completion": "def f(): ..."}],
+     [], "--score-completions row 1: 'tests' item 1 is not valid Python"),
+])
+def test_score_completions_refuses_what_a_run_refuses(cli, tmp_path, rows, flags, message):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = cli("--score-completions", str(samples), *flags)
+    assert code == 2 and not out.strip() and "Traceback" not in err, err[-2000:]
+    (line,) = err.strip().splitlines()
+    assert message.format(path=samples) in line, line
+
+
+@pytest.mark.parametrize("preset", [[], ["--quick-test"]])
+def test_empty_answers_get_one_line_that_does_not_contradict_itself(cli, tmp_path, preset):
+    # were two lines: "reward preset '' cannot score ...: using the data's default, 'math'" then "... Use
+    # --reward-preset math", the preset that had just failed
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"What is {i} + 1?", "answer": ""}) + "\n" for i in range(12)))
+    code, out, err = cli(*preset, "--dry-run", "--custom-data", str(data), "--output-dir", str(tmp_path / "o"))
+    assert code == 2 and not out.strip()
+    (line,) = [line for line in err.splitlines() if "INFO" not in line]
+    assert line.startswith("error: Reward(s) accuracy cannot score any row of custom file") and line.endswith(
+        "'math' is this data's default: give the rows what it scores against (non-empty answers, references), or "
+        "a preset that needs none (--reward-preset keywords).")

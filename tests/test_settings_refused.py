@@ -183,3 +183,59 @@ def test_a_generation_log_dir_that_is_a_file(cli, tmp_path):
     line = refused(cli, tmp_path, "--generation-log-dir", log_file)
     assert line == (f"error: Generation log directory {log_file} is a file, not a directory: choose another "
                     "--generation-log-dir.")
+
+
+@pytest.mark.parametrize("value", ["-1", "4294967296"])
+def test_a_seed_numpy_cannot_take(cli, tmp_path, value):
+    # transformers' set_seed seeds numpy, which takes [0, 2**32): -1 was a numpy traceback, even under --dry-run
+    line = refused(cli, tmp_path, "--set", f"seed={value}")
+    assert line == f"error: 'seed' must be in [0, 4294967295] (numpy's seed range), not {value}."
+
+
+def test_a_config_file_nested_too_deeply(cli, tmp_path):
+    config = write(tmp_path / "run.json", '{"seed": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert "is nested too deeply to read: a config is a flat object of fields." in refused(cli, tmp_path, "--config",
+                                                                                          config)
+
+
+@pytest.mark.parametrize("args, message", [
+    # the engine fell back to transformers without a word: a 341 s step
+    (["--set", "max_completion_length=100000"], "max_prompt_length 128 + max_completion_length 100000 tokens do not "
+     "fit in max_seq_length 256 (the window the model is prepared for): raise max_seq_length to 100128, or lower "
+     "max_completion_length or max_prompt_length."),
+    (["--set", "max_prompt_length=0", "--set", "max_completion_length=256"], "max_completion_length 256 tokens do "
+     "not fit in max_seq_length 256"),
+    (["--lora-r", "100000"], "'lora_r' 100000 is above smollm2-135m's hidden size 576"),
+    (["--set", "epsilon_high=0.1"], "'epsilon_high' 0.1 is below 'epsilon' 0.2: the upper clip bound would be the "
+                                    "tighter one"),
+    (["--set", "loss_type=cispo", "--set", "epsilon_high=0.2"], "caps every importance weight below 1"),
+    # the preset's local copy was never read beside a custom file
+    (["--dataset-path", "some/dir", "--custom-data", "examples/code_functions.jsonl"],
+     "--custom-data examples/code_functions.jsonl and --dataset-path some/dir both name the training data: give one"),
+])
+def test_settings_that_cannot_work_as_given(cli, tmp_path, args, message):
+    assert message in refused(cli, tmp_path, *args)
+
+
+def test_settings_at_their_bounds_are_accepted(cli, tmp_path):
+    code, _, err = cli("--quick-test", "--dry-run", "--output-dir", str(tmp_path / "o"), "--lora-r", "576",
+                       "--set", "max_completion_length=128", "--set", "epsilon_high=0.2")
+    assert code == 0, err
+
+
+def test_a_yaml_merge_key_is_read_as_yaml_reads_it(cli, tmp_path):
+    # `<<: *anchor` was refused in PyYAML's words ("could not determine a constructor for the tag ...merge")
+    from config.loader import load_config_file
+
+    config = write(tmp_path / "run.yaml", "lora: &lora {lora_r: 8, lora_alpha: 16}\n")
+    merged = write(tmp_path / "merged.yaml", "<<: {lora_r: 8, lora_alpha: 16}\nlora_r: 4\nmax_steps: 2\n")
+    loaded = load_config_file(merged)
+    assert (loaded.lora_r, loaded.lora_alpha, loaded.max_steps) == (4, 16, 2)  # the file's own key wins the merge
+    assert "unknown config key 'lora'" in refused(cli, tmp_path, "--config", config)
+
+
+def test_a_yaml_tag_that_is_not_a_plain_value(cli, tmp_path):
+    config = write(tmp_path / "run.yaml", "lora_r: !!python/object:os.system ls\n")
+    assert refused(cli, tmp_path, "--config", config) == (
+        f"error: Config file {config} at line 1, column 9: the tag 'python/object:os.system' is not read: a config "
+        "holds plain values (numbers, text, true/false, lists, mappings); write the value itself.")
