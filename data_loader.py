@@ -390,10 +390,19 @@ def _reply_text(value: Any) -> str | None:
     return None
 
 
-def _reference(row: Row) -> str | None:
+def _is_trajectory(value: Any) -> bool:
+    """A message list in which the assistant calls a tool or a tool answers: a multi-turn reply, kept whole."""
+    return isinstance(value, list) and any(
+        isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls")) for m in value)
+
+
+def _reference(row: Row) -> str | list | None:
     """A custom row's own full reference reply: a `completion` (TRL's prompt-completion format) or an already
-    mapped row's `reference` (what create_grpo_dataloader returns, passed back to train())."""
+    mapped row's `reference` (what create_grpo_dataloader returns, passed back to train()). A trajectory (tool
+    calls, tool results, the answer) stays a list of messages: the mixed loss trains its assistant turns only."""
     value = row.get("reference") or row.get("completion")
+    if _is_trajectory(value):
+        return value
     text = _reply_text(value) if value else None
     return (text or "").strip() or None
 

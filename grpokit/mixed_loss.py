@@ -69,6 +69,16 @@ def _render(tokenizer, messages, trainer, generation_prompt: bool) -> str:
                                          **trainer.chat_template_kwargs)
 
 
+def _without_nulls(value):
+    """A trajectory as it was written: a datasets column of messages gives every message (and every tool call's
+    arguments) the keys of all the others, set to None; the chat template would render them ("code": null)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _reply_ids(trainer, prompt, reply) -> tuple[list[int], list[int]]:
     """The reply's tokens as the chat template writes them after TRL's generation prompt (end-of-turn included),
     and which of them are trained (1). Plain-text prompts get the reply plus EOS. A reply may be a trajectory (a
@@ -82,7 +92,7 @@ def _reply_ids(trainer, prompt, reply) -> tuple[list[int], list[int]]:
 
     ids, trained = None, None
     if isinstance(prompt, list):
-        messages = reply if isinstance(reply, list) else [{"role": "assistant", "content": reply}]
+        messages = _without_nulls(reply) if isinstance(reply, list) else [{"role": "assistant", "content": reply}]
         ids, trained = [], []
         done = _render(tokenizer, prompt, trainer, True)
         for k, message in enumerate(messages):

@@ -623,3 +623,19 @@ def test_the_model_s_mistakes_are_counted_failures_never_a_crash(tiny_tool_train
     assert "Tool eval not found" in results[0] and "expr" in results[1]
     assert results[2:5] == ["1"] * 3 and all("tool budget" in r for r in results[5:]) and len(results) == 8
     assert [m["role"] for m in completions[1]] == ["assistant"]  # the malformed call: no tool ran, nothing broke
+
+
+def test_your_own_rows_can_carry_a_trajectory_to_warm_start_from(cli, tmp_path):
+    rows = tmp_path / "trajectories.jsonl"
+    row = {"prompt": "What is 347 * 56?", "answer": "19432",
+           "completion": [*TRAJECTORY[:2], {"role": "assistant", "content": "19432"}]}
+    rows.write_text(json.dumps(row) + "\n" + json.dumps({**row, "prompt": "What is 346 * 56?"}) + "\n")
+    code, out, err = _dry_run(cli, "--custom-data", str(rows), "--tool", "calculator", "--set", "sft_loss_weight=1")
+    assert code == 0, err
+    from grpokit.mixed_loss import _without_nulls
+
+    # kept whole, not its text (the datasets column adds the other messages' keys as nulls, dropped when rendered)
+    assert _without_nulls(json.loads(out)["dataset"]["examples"][0]["reference"]) == row["completion"]
+    rows.write_text(json.dumps(row) + "\n" + json.dumps({**row, "completion": "19432"}) + "\n")
+    code, out, err = _dry_run(cli, "--custom-data", str(rows), "--tool", "calculator", "--set", "sft_loss_weight=1")
+    assert code == 2 and "one kind of value in every row" in err
