@@ -177,6 +177,30 @@ def _instrument(source: str, helpers: set[str] = frozenset()) -> str:
         return source
 
 
+_SETTLE = "__grpo_settle__"  # called after each statement of the tests: the code's in-place changes land (`_Remote.call`)
+
+
+class _Settle(ast.NodeTransformer):
+    """After each statement, in every block: `__grpo_settle__()`."""
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                settle = [ast.copy_location(ast.parse(f"{_SETTLE}()").body[0], statement) for statement in block]
+                setattr(node, field, [x for pair in zip(block, settle, strict=True) for x in pair])
+        return node
+
+
+def _settled(source: str) -> str:
+    """The step's source with `_Settle`'s calls (unparsable source as it is: it fails on its own)."""
+    try:
+        return ast.unparse(ast.fix_missing_locations(_Settle().visit(ast.parse(source))))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source
+
+
 def _helpers(steps: list[tuple[str, str]]) -> set[str]:
     """The functions the tests define, in any step."""
     names: set[str] = set()
@@ -426,6 +450,13 @@ class _Remote:
         self.session, self.deadline, self.calls = session, deadline, calls
         self.handles: list = []  # the tests' objects the code holds handles to (kept alive: ids stay unique)
         self.handle_of: dict[int, int] = {}
+        self.pending: list[tuple[Any, Any]] = []  # in-place changes due at the end of the test's statement
+
+    def settle(self) -> None:
+        """Apply the in-place changes of the calls made in the statement that just ended (see `call`)."""
+        pending, self.pending = self.pending, []
+        for original, after in pending:
+            _sync(original, after)
 
     def own(self, tag: str, item: Any) -> Any:
         """A handle the code sent back: one of the tests' own objects (never anything of the code's)."""
@@ -532,7 +563,11 @@ class _Remote:
 
     def call(self, message: dict, args: tuple, kwargs: dict, full_result: bool = False) -> Any:
         """A call of the code's function (or object): arguments out, result back, in-place changes of list /
-        dict / set arguments applied to the tests' own objects."""
+        dict / set arguments applied to the tests' own objects: at once where it returned None (an in-place
+        procedure: `sort_colors(nums)`), else once the test's statement has ended (`settle`, called after each
+        statement: `k = dedupe(nums)` then `nums[:k]` sees them). So the expected value a statement computes from
+        the arguments after the call (`f(xs) == sorted(xs)`, `merge(a, b) == a + b`) is computed from what the
+        test passed, not from what the code turned it into."""
         mutable = any(type(a) in (list, dict, set) for a in (*args, *kwargs.values()))
         message = {**message, "args": self.encode(list(args)), "kwargs": self.encode(kwargs), "mutable": mutable}
         if time.monotonic() > self.deadline:
@@ -551,13 +586,16 @@ class _Remote:
             raise CandidateError("returned a function, not plain data") from None
         if mutable and "args" in reply:
             try:
-                for original, after in zip(args, self.decode(reply["args"]), strict=False):
-                    _sync(original, after)
+                changes = list(zip(args, self.decode(reply["args"]), strict=False))
                 after_kwargs = self.decode(reply.get("kwargs", ["d", []]))
-                for key, original in kwargs.items():
-                    _sync(original, after_kwargs.get(key))
+                changes += [(original, after_kwargs.get(key)) for key, original in kwargs.items()]
             except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
                 raise CandidateError("returned malformed data") from None
+            if value is None:
+                for original, after in changes:
+                    _sync(original, after)
+            else:
+                self.pending += changes
         return value
 
 
@@ -1065,10 +1103,14 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
     unsplit: list[int] = []
     helpers = _helpers(steps)
     counter = namespace[_COUNTER] = [0]
+    namespace[_SETTLE] = remote.settle
     for index, (kind, source) in enumerate(steps):
         try:
             before = counter[0]
-            exec(compile(_instrument(source, helpers), f"test_{index}", "exec"), namespace)
+            try:
+                exec(compile(_settled(_instrument(source, helpers)), f"test_{index}", "exec"), namespace)
+            finally:
+                remote.settle()
             ok = counter[0] > before  # a test passes only when a check of it ran and held
         except KeyboardInterrupt:
             raise
