@@ -451,9 +451,13 @@ class _Remote:
         self.handles: list = []  # the tests' objects the code holds handles to (kept alive: ids stay unique)
         self.handle_of: dict[int, int] = {}
         self.pending: list[tuple[Any, Any]] = []  # in-place changes due at the end of the test's statement
+        self.depth = 0  # calls of the code's in progress: a callback of the tests' runs inside one
 
     def settle(self) -> None:
-        """Apply the in-place changes of the calls made in the statement that just ended (see `call`)."""
+        """Apply the in-place changes of the calls made in the statement that just ended (see `call`); not while a
+        call is in progress (the statements of a callback of the tests' end inside the test's statement)."""
+        if self.depth:
+            return
         pending, self.pending = self.pending, []
         for original, after in pending:
             _sync(original, after)
@@ -529,11 +533,15 @@ class _Remote:
         if time.monotonic() > self.deadline:
             raise SessionLost("time limit")
         self.calls[0] += 1
-        reply = self.session.request(message)
-        while reply is not None and "callback" in reply:  # the code uses an object of the tests' meanwhile
-            if time.monotonic() > self.deadline:
-                raise SessionLost("time limit")
-            reply = self.session.request(self.answer(reply))
+        self.depth += 1
+        try:
+            reply = self.session.request(message)
+            while reply is not None and "callback" in reply:  # the code uses an object of the tests' meanwhile
+                if time.monotonic() > self.deadline:
+                    raise SessionLost("time limit")
+                reply = self.session.request(self.answer(reply))
+        finally:
+            self.depth -= 1
         if reply is None:
             raise SessionLost("the completion's process ended")
         return self.result(reply)
@@ -573,11 +581,15 @@ class _Remote:
         if time.monotonic() > self.deadline:
             raise SessionLost("time limit")
         self.calls[0] += 1
-        reply = self.session.request(message)
-        while reply is not None and "callback" in reply:  # the code uses an object of the tests': done here
-            if time.monotonic() > self.deadline:
-                raise SessionLost("time limit")
-            reply = self.session.request(self.answer(reply))
+        self.depth += 1
+        try:
+            reply = self.session.request(message)
+            while reply is not None and "callback" in reply:  # the code uses an object of the tests': done here
+                if time.monotonic() > self.deadline:
+                    raise SessionLost("time limit")
+                reply = self.session.request(self.answer(reply))
+        finally:
+            self.depth -= 1
         if reply is None:
             raise SessionLost("the completion's process ended")
         try:
