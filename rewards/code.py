@@ -25,8 +25,10 @@ result as plain data (exact builtin types, decoded strictly), and the assertion 
 Python's own semantics. So the expected values never enter the process that runs the completion, and nothing it
 does there (rebinding builtins, walking frames, exit hooks, objects equal to everything, forging result lines)
 reaches the comparison. Only trusted objects judge (`judge`): the names the tests use come from the tests, the prompt
-(as code) or this side's own imports, never the code's objects; an argument that is not plain data (a callback, an
-iterator, an object of the tests' class) stays here as a handle the code pulls through the pipe (`_Remote.answer`).
+(as code), a fixed table of library aliases (`ALIASES`: `np`, `math`) or the code's functions that the row declares,
+never from the code's imports or definitions, and this side imports only what `TRUSTED_MODULES` allows; an argument
+that is not plain data (a callback, an iterator, an object of the tests' class) stays here as a handle the code pulls
+through the pipe (`_Remote.answer`).
 Every test runs here: there is no in-sandbox harness (what must not cross fails, counted in `code/unsplit_tests`).
 """
 
@@ -40,7 +42,6 @@ import os
 import random
 import re
 import secrets
-import sys
 import time
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -173,6 +174,30 @@ def _instrument(source: str, helpers: set[str] = frozenset()) -> str:
         tree = ast.parse(source)
         counter.helpers = set(helpers)
         return ast.unparse(ast.fix_missing_locations(counter.generic_visit(tree)))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source
+
+
+_SETTLE = "__grpo_settle__"  # called after each statement of the tests: the code's in-place changes land (`_Remote.call`)
+
+
+class _Settle(ast.NodeTransformer):
+    """After each statement, in every block: `__grpo_settle__()`."""
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                settle = [ast.copy_location(ast.parse(f"{_SETTLE}()").body[0], statement) for statement in block]
+                setattr(node, field, [x for pair in zip(block, settle, strict=True) for x in pair])
+        return node
+
+
+def _settled(source: str) -> str:
+    """The step's source with `_Settle`'s calls (unparsable source as it is: it fails on its own)."""
+    try:
+        return ast.unparse(ast.fix_missing_locations(_Settle().visit(ast.parse(source))))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source
 
@@ -431,6 +456,17 @@ class _Remote:
         self.session, self.deadline, self.calls = session, deadline, calls
         self.handles: list = []  # the tests' objects the code holds handles to (kept alive: ids stay unique)
         self.handle_of: dict[int, int] = {}
+        self.pending: list[tuple[Any, Any]] = []  # in-place changes due at the end of the test's statement
+        self.depth = 0  # calls of the code's in progress: a callback of the tests' runs inside one
+
+    def settle(self) -> None:
+        """Apply the in-place changes of the calls made in the statement that just ended (see `call`); not while a
+        call is in progress (the statements of a callback of the tests' end inside the test's statement)."""
+        if self.depth:
+            return
+        pending, self.pending = self.pending, []
+        for original, after in pending:
+            _sync(original, after)
 
     def own(self, tag: str, item: Any) -> Any:
         """A handle the code sent back: one of the tests' own objects (never anything of the code's)."""
@@ -503,11 +539,15 @@ class _Remote:
         if time.monotonic() > self.deadline:
             raise SessionLost("time limit")
         self.calls[0] += 1
-        reply = self.session.request(message)
-        while reply is not None and "callback" in reply:  # the code uses an object of the tests' meanwhile
-            if time.monotonic() > self.deadline:
-                raise SessionLost("time limit")
-            reply = self.session.request(self.answer(reply))
+        self.depth += 1
+        try:
+            reply = self.session.request(message)
+            while reply is not None and "callback" in reply:  # the code uses an object of the tests' meanwhile
+                if time.monotonic() > self.deadline:
+                    raise SessionLost("time limit")
+                reply = self.session.request(self.answer(reply))
+        finally:
+            self.depth -= 1
         if reply is None:
             raise SessionLost("the completion's process ended")
         return self.result(reply)
@@ -537,17 +577,25 @@ class _Remote:
 
     def call(self, message: dict, args: tuple, kwargs: dict, full_result: bool = False) -> Any:
         """A call of the code's function (or object): arguments out, result back, in-place changes of list /
-        dict / set arguments applied to the tests' own objects."""
+        dict / set arguments applied to the tests' own objects: at once where it returned None (an in-place
+        procedure: `sort_colors(nums)`), else once the test's statement has ended (`settle`, called after each
+        statement: `k = dedupe(nums)` then `nums[:k]` sees them). So the expected value a statement computes from
+        the arguments after the call (`f(xs) == sorted(xs)`, `merge(a, b) == a + b`) is computed from what the
+        test passed, not from what the code turned it into."""
         mutable = any(type(a) in (list, dict, set) for a in (*args, *kwargs.values()))
         message = {**message, "args": self.encode(list(args)), "kwargs": self.encode(kwargs), "mutable": mutable}
         if time.monotonic() > self.deadline:
             raise SessionLost("time limit")
         self.calls[0] += 1
-        reply = self.session.request(message)
-        while reply is not None and "callback" in reply:  # the code uses an object of the tests': done here
-            if time.monotonic() > self.deadline:
-                raise SessionLost("time limit")
-            reply = self.session.request(self.answer(reply))
+        self.depth += 1
+        try:
+            reply = self.session.request(message)
+            while reply is not None and "callback" in reply:  # the code uses an object of the tests': done here
+                if time.monotonic() > self.deadline:
+                    raise SessionLost("time limit")
+                reply = self.session.request(self.answer(reply))
+        finally:
+            self.depth -= 1
         if reply is None:
             raise SessionLost("the completion's process ended")
         try:
@@ -556,13 +604,16 @@ class _Remote:
             raise CandidateError("returned a function, not plain data") from None
         if mutable and "args" in reply:
             try:
-                for original, after in zip(args, self.decode(reply["args"]), strict=False):
-                    _sync(original, after)
+                changes = list(zip(args, self.decode(reply["args"]), strict=False))
                 after_kwargs = self.decode(reply.get("kwargs", ["d", []]))
-                for key, original in kwargs.items():
-                    _sync(original, after_kwargs.get(key))
+                changes += [(original, after_kwargs.get(key)) for key, original in kwargs.items()]
             except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
                 raise CandidateError("returned malformed data") from None
+            if value is None:
+                for original, after in changes:
+                    _sync(original, after)
+            else:
+                self.pending += changes
         return value
 
 
@@ -794,10 +845,45 @@ class approx:
 """
 
 
+# What the trusted side may import, for the tests' own imports, the prompt's and the aliases below: an allow-list of
+# the standard library's modules that compute or describe data (and `sys`, whose maxsize and float_info tests read),
+# the test frameworks, and the data libraries tests use. A module outside it, and any `__main__` (importing one runs
+# a program: lib2to3's, unittest's), is refused as on a machine without it. The code names no module here: nothing
+# it imports or defines is imported or run on this side.
+TRUSTED_MODULES = frozenset({
+    "math", "cmath", "decimal", "fractions", "numbers", "statistics", "random",
+    "collections", "heapq", "bisect", "array", "copy", "itertools", "functools", "operator", "graphlib", "queue",
+    "typing", "typing_extensions", "dataclasses", "enum", "abc", "types", "weakref", "contextlib", "warnings",
+    "string", "re", "textwrap", "unicodedata", "difflib", "json", "csv", "io", "struct", "base64", "binascii",
+    "hashlib", "hmac", "zlib", "pprint", "reprlib", "keyword", "ipaddress",
+    "datetime", "time", "calendar", "zoneinfo", "sys",
+    "unittest", "pytest",
+    "numpy", "scipy", "pandas", "sympy", "networkx", "sortedcontainers", "more_itertools", "mpmath",
+})
+# Libraries tests use without importing them: the official harnesses run the tests in the solution's namespace, where
+# its `import numpy as np` binds them. Here such a free name of the tests is the real module of this table, imported
+# on this side, whatever the code binds to that name (its own object, `unittest.mock.call`, a patched module).
+# A name of a module's (`Counter`, `List`: "module:name") fills in only where the code's functions leave it free (an
+# entry point is given, or the tests do not call it): a row without one may ask the code for its own `Counter` class.
+ALIASES = {"np": "numpy", "pd": "pandas", "nx": "networkx", "sp": "scipy"} | {
+    name: name for name in TRUSTED_MODULES if name not in ("pytest", "unittest", "typing_extensions")} | {
+    name: f"collections:{name}" for name in ("Counter", "defaultdict", "OrderedDict", "deque")} | {
+    name: f"typing:{name}" for name in ("List", "Dict", "Tuple", "Set", "Optional", "Any", "Union")} | {
+    "Decimal": "decimal:Decimal", "Fraction": "fractions:Fraction", "reduce": "functools:reduce"}
+
+
+def trusted_import_allowed(name: str) -> bool:
+    """Whether the trusted side may import the module `name` (dotted): its package is in TRUSTED_MODULES and it is
+    no package's `__main__`."""
+    parts = name.split(".")
+    return parts[0] in TRUSTED_MODULES and "__main__" not in parts
+
+
 def _trusted_namespace(sink: list[str], modules: dict[str, types.ModuleType] | None = None) -> dict[str, Any]:
-    """Where the tests run, in this process: builtins whose `print` writes to the job's log and whose `random`
-    import is a private generator (a test's `random.seed` or `randint` leaves the trainer's random state alone);
-    `modules`: what an import of those names gives (`solution`: the code's functions as proxies)."""
+    """Where the tests run, in this process: builtins whose `print` writes to the job's log, whose `random` import
+    is a private generator (a test's `random.seed` or `randint` leaves the trainer's random state alone) and whose
+    imports are those TRUSTED_MODULES allows (`trusted_import_allowed`, for `from pkg import sub` too); `modules`:
+    what an import of those names gives (`solution`: the code's functions as proxies)."""
     own = dict(vars(builtins))
     private_random = types.ModuleType("random")
     generator = random.Random(0)
@@ -810,12 +896,15 @@ def _trusted_namespace(sink: list[str], modules: dict[str, types.ModuleType] | N
     exec(compile(_PYTEST_SHIM, "pytest_shim.py", "exec"), shim.__dict__)
 
     def _import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 (the import signature)
-        if name == "random":
+        if name == "random" and not level:
             return private_random
-        if name == "pytest":
+        if name == "pytest" and not level:
             return shim
         if modules and name in modules and not level:
             return modules[name]
+        if level or type(name) is not str or not trusted_import_allowed(name) or any(
+                type(item) is not str or not trusted_import_allowed(f"{name}.{item}") for item in fromlist or ()):
+            raise ImportError(f"{name!r} is not importable where the tests run (rewards/code.py TRUSTED_MODULES)")
         return real_import(name, globals, locals, fromlist, level)
 
     def _print(*args, sep=" ", end="\n", **_):
@@ -824,44 +913,6 @@ def _trusted_namespace(sink: list[str], modules: dict[str, types.ModuleType] | N
 
     own.update(__import__=_import, print=_print)
     return {"__name__": "__tests__", "__builtins__": own}
-
-
-def _imports(code: str) -> list[tuple[str, str, str]]:
-    """[(name bound, module, attribute or "")] of the code's imports (`import numpy as np` -> ("np", "numpy", ""),
-    `from math import sqrt` -> ("sqrt", "math", "sqrt")): what the tests may use without importing it themselves."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0], "")
-                      for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found += [(a.asname or a.name, node.module, a.name) for a in node.names if a.name != "*"]
-    return found
-
-
-# Modules the trusted side imports again for the code's `import X as name` only when a fresh import of them has no
-# effect of its own (opening a browser, printing, a GUI): the standard library but these, and data libraries.
-_NO_REIMPORT = {"antigravity", "this", "__hello__", "__phello__", "turtle", "turtledemo", "tkinter", "idlelib",
-                "webbrowser", "pydoc", "ensurepip", "venv", "pdb", "code", "site"}
-_DATA_LIBRARIES = {"numpy", "scipy", "pandas", "sympy", "networkx", "sortedcontainers", "more_itertools", "mpmath"}
-
-
-def _reimport(namespace: dict, module: str, attribute: str) -> Any:
-    top = module.split(".")[0]
-    if top in _NO_REIMPORT or not (top in sys.stdlib_module_names or top in _DATA_LIBRARIES):
-        raise ImportError(module)
-    load = namespace["__builtins__"]["__import__"]
-    value = load(module, fromlist=["_"] if "." in module else ())
-    if not attribute:
-        return value
-    try:
-        return getattr(value, attribute)
-    except AttributeError:
-        return load(f"{module}.{attribute}", fromlist=["_"])
 
 
 def _called(steps: list[tuple[str, str]]) -> set[str]:
@@ -914,38 +965,122 @@ def _used_as_class(name: str, steps: list[tuple[str, str]]) -> bool:
     return False
 
 
+def _stubs(prompt: str) -> set[str]:
+    """The functions a prompt that is code declares for the code to write: those whose body is only a docstring,
+    `pass`, `...` or `raise NotImplementedError` (a helper it defines in full stays the prompt's)."""
+    try:
+        tree = ast.parse(prompt)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+
+    def empty(node: ast.stmt) -> bool:
+        return isinstance(node, ast.Pass) or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) or \
+            isinstance(node, ast.Raise) and "NotImplementedError" in ast.unparse(node)
+
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            and all(empty(statement) for statement in n.body)}
+
+
+_TRUTH = {"all", "any", "bool"}
+
+
+def _verdict_consumers(steps: list[tuple[str, str]], code_names: set[str]) -> set[str]:
+    """Of `code_names` (names the tests call, that nothing declares), those the tests call on what another of them
+    returned, where that call's truth is the verdict: `assert is_valid(solve(3))`, `r = solve(3)` then `assert
+    check(r)`, `assert all(ok(x) for x in solve(3))`. Such a name is a checker the tests expect to exist beside the
+    code (a helper the prompt describes); bound to the code's function, the code would answer its own tests. A name
+    whose result the tests compare with an expected value (`decode(encode(s)) == s`) is the code's to write."""
+    trees = list(_step_trees(steps))
+    derived = set(code_names)  # the code's names and the tests' variables that hold what they returned
+    for _ in range(8):
+        before = len(derived)
+        for tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+                    source, targets = node.iter, [node.target]
+                elif isinstance(node, ast.Assign):
+                    source, targets = node.value, node.targets
+                elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) and node.value is not None:
+                    source, targets = node.value, [node.target]
+                else:
+                    continue
+                if any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(source)):
+                    derived |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if len(derived) == before:
+            break
+    found: set[str] = set()
+
+    def verdict(expr: ast.AST) -> None:
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+            verdict(expr.operand)
+        elif isinstance(expr, ast.BoolOp):
+            for value in expr.values:
+                verdict(value)
+        elif isinstance(expr, ast.Compare) and len(expr.comparators) == 1 and isinstance(
+                expr.comparators[0], ast.Constant) and type(expr.comparators[0].value) in (bool, type(None)):
+            verdict(expr.left)  # `is_valid(r) == True`, `check(r) is not None`
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
+            arguments = [*expr.args, *(k.value for k in expr.keywords)]
+            if expr.func.id in _TRUTH:
+                for argument in arguments:
+                    verdict(argument.elt if isinstance(argument, ast.GeneratorExp | ast.ListComp) else argument)
+            elif expr.func.id in code_names and any(isinstance(n, ast.Name) and n.id in derived - {expr.func.id}
+                                                    for a in arguments for n in ast.walk(a)):
+                found.add(expr.func.id)
+
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assert | ast.If | ast.While):
+                verdict(node.test)
+            elif isinstance(node, ast.Expr):
+                verdict(node.value)
+    return found
+
+
 def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str, deadline: float,
-          log: list[str], code: str = "", prompt: str = "") -> tuple[dict[int, bool], list[int], int]:
+          log: list[str], prompt: str = "") -> tuple[dict[int, bool], list[int], int]:
     """Run the tests here, with the completion's function(s) bound to a Proxy of its sandboxed process: ({step:
     passed}, [test steps that could not run: they failed], calls made). The expected values never leave this
-    process, and only trusted objects judge: every name the tests use comes from the tests, the prompt (when it is
-    code), this process's own imports (a module the code imports is imported again here, under the same alias) or
-    is the code's function: the entry point, else (no entry point) a function or class the tests call by name, and
-    what the tests import from `solution` (the completion as a module). A class is bound only where the tests expect
-    one (`_used_as_class`, or the prompt declares it with `class`); an entry point, a name the prompt (`prompt`, code
-    or text) declares with `def`, and any other name the tests call must be a function in the code: a class or an
-    object there is not bound (its tests fail). Methods are asked only of objects the tests make from the code's
-    class."""
+    process, and only trusted objects judge. Every name the tests use resolves from the tests themselves (their
+    imports, definitions and set-up), the prompt when it is code (its helpers, HumanEval's `poly`), ALIASES (`np`,
+    `math`: the real module, imported here) or builtins, or is the code's function, and only where something declares
+    it: the entry point; what the tests import from `solution` (the completion as a module); without an entry
+    point, the stubs a code prompt declares, and else the names the tests call, except a checker they call on what
+    another of them returned (`_verdict_consumers`). Never from the code's imports or definitions: its source is not
+    read here, and what it binds to any other name never reaches this side. A class is bound only where the tests
+    expect one (`_used_as_class`, or the prompt declares it with `class`); an entry point, a name the prompt
+    (`prompt`, code or text) declares with `def`, and any other name the tests call must be a function in the code:
+    a class or an object there is not bound (its tests fail). Methods are asked only of objects the tests make from
+    the code's class."""
     solution = types.ModuleType(SOLUTION_MODULE)  # `from solution import f`: the code's functions, as proxies
     namespace = _trusted_namespace(log, {SOLUTION_MODULE: solution})
-    if trusted_prefix:
-        try:  # the dataset's own prompt (helpers such as HumanEval's `poly`): trusted, and it wins over the code's
-            exec(compile(trusted_prefix, "prompt.py", "exec"), namespace)
-        except Exception:  # noqa: BLE001 (a prompt that is only a signature may not run on its own)
-            pass
+    if trusted_prefix:  # the dataset's own prompt (helpers such as HumanEval's `poly`): trusted, it wins over the code's
+        try:
+            statements = ast.parse(trusted_prefix).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            statements = []
+        for statement in statements:  # one at a time: an import refused here leaves the helpers after it
+            try:
+                exec(compile(ast.Module(body=[statement], type_ignores=[]), "prompt.py", "exec"), namespace)
+            except Exception:  # noqa: BLE001 (a prompt that is only a signature may not run on its own)
+                continue
     free = _free_names(steps)
-    for name in free:  # a standard module the tests use without importing it (MBPP's `math`): the real one
-        if name != entry and name not in namespace and name in sys.stdlib_module_names:
-            try:
-                namespace[name] = namespace["__builtins__"]["__import__"](name)
-            except ImportError:
-                pass
-    for name, module, attribute in _imports(code):  # the code's `import numpy as np`: the real module, imported here
-        if name in free and name != entry and name not in namespace and name not in vars(builtins):
-            try:
-                namespace[name] = _reimport(namespace, module, attribute)
-            except Exception:  # noqa: BLE001 (not importable here: the name stays unbound, its tests fail)
-                pass
+    called = _called(steps)
+    stubs = _stubs(trusted_prefix) if trusted_prefix else set()
+    load = namespace["__builtins__"]["__import__"]
+
+    def alias(name: str) -> None:  # a library the tests use without importing it (MBPP's `math`, EvalPlus's `np`)
+        module, _, attribute = ALIASES[name].partition(":")
+        try:
+            value = load(module, fromlist=["_"] if "." in module else ())
+            namespace[name] = getattr(value, attribute) if attribute else value
+        except Exception:  # noqa: BLE001 (not installed here: the name stays unbound, its tests fail)
+            pass
+
+    for name in free:
+        if name in ALIASES and ":" not in ALIASES[name] and name not in called and name != entry and \
+                name not in namespace:
+            alias(name)
     functions = set(re.findall(r"\bdef\s+([A-Za-z_]\w*)\s*\(", prompt or ""))
     classes = set(re.findall(r"\bclass\s+([A-Za-z_]\w*)\b", prompt or ""))
     imported, star = _from_solution(steps)  # named by the tests' own imports: the code's, whatever else binds them
@@ -953,10 +1088,17 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         functions |= {entry} - classes
         wanted = [entry]
     if not entry or star:  # `from solution import *` hands the tests every name of the code's they call
-        called = _called(steps)
-        wanted = [n for n in free if n in called and n not in namespace and n not in vars(builtins)]
-        wanted = [entry] + [n for n in wanted if n != entry] if entry else wanted
+        unbound = [n for n in free if n in called and (n not in namespace or n in stubs) and n not in vars(builtins)]
+        declared = [n for n in unbound if n in stubs]
+        if declared and not star:
+            unbound = declared
+        else:
+            unbound = [n for n in unbound if n not in _verdict_consumers(steps, set(unbound) - set(declared))]
+        wanted = [entry] + [n for n in unbound if n != entry] if entry else unbound
     wanted += [name for name in imported if name not in wanted]
+    for name in free:
+        if name in ALIASES and ":" in ALIASES[name] and name not in wanted and name not in namespace:
+            alias(name)
     calls = [0]
     remote = _Remote(session, deadline, calls)
     described = session.names(wanted) if wanted else {}
@@ -979,10 +1121,14 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
     unsplit: list[int] = []
     helpers = _helpers(steps)
     counter = namespace[_COUNTER] = [0]
+    namespace[_SETTLE] = remote.settle
     for index, (kind, source) in enumerate(steps):
         try:
             before = counter[0]
-            exec(compile(_instrument(source, helpers), f"test_{index}", "exec"), namespace)
+            try:
+                exec(compile(_settled(_instrument(source, helpers)), f"test_{index}", "exec"), namespace)
+            finally:
+                remote.settle()
             ok = counter[0] > before  # a test passes only when a check of it ran and held
         except KeyboardInterrupt:
             raise
@@ -1022,7 +1168,7 @@ def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: f
     with sandbox.serve(limits) as session:
         loaded = session.load(code)
         if loaded and loaded.get("loaded"):
-            results, unsplit, _ = judge(session, steps, entry, prefix, start + timeout, log, code, str(prompt or ""))
+            results, unsplit, _ = judge(session, steps, entry, prefix, start + timeout, log, str(prompt or ""))
             if "set-up failed" in log:
                 status = "set-up failed (the tests' own set-up raised)"
         elif loaded and "load" in loaded:

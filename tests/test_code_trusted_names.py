@@ -5,8 +5,11 @@ Black-box, like tests/test_code_hacks.py: `CodeExecution(...)(prompts=..., compl
 the honest solution in the same call must score 1.0 (the call is live).
 
 1. Names the tests use but do not define: a module the tests read without importing it (`np.isclose`) is never the
-   code's object; a helper the tests call besides the entry point (`poly`) is never the code's function; an entry
-   point that is a class of the code's does not answer the test's `.startswith(...)`.
+   code's object, nor a module the code names (`from unittest.mock import call as np`, `import lib2to3.__main__ as
+   add`: nothing the code imports is imported here); a helper the tests call besides the entry point (`poly`), or a
+   checker they call on the answer (`is_valid(solve(3))`) without an entry point, is never the code's function; an
+   entry point that is a class of the code's does not answer the test's `.startswith(...)`; the code's in-place
+   changes to an argument do not change the expected value a test computes from it in the same statement.
 2. Arguments that are not plain data (an iterator, a generator, a range, a callback, an object of the tests' own
    class) cross as handles the code pulls through the trusted side: the tests never run where the code runs
    (`code/unsplit_tests` is 0), so an always-equal object, result lines forged from the caller's frame or a tracer
@@ -19,7 +22,7 @@ from __future__ import annotations
 import pytest
 from test_code_hacks import COLLECT, PUBLISH  # a correct completion leaves its code behind, a wrong one runs it
 
-from rewards.code import CodeExecution
+from rewards.code import CodeExecution, trusted_import_allowed
 
 TIMEOUT = 5.0
 guards = pytest.mark.guards
@@ -65,6 +68,119 @@ NP_RIGHT = "import math as np\ndef area(r):\n    return np.pi * r * r\n"
 def test_a_module_the_tests_do_not_import_is_never_the_codes_object():
     values, component = score({"tests": NP_TESTS}, [NP_OBJECT, NP_PATCHED, NP_RIGHT])
     assert values == [0.0, 0.0, 1.0], component.last_details
+
+
+MOCK_NP = "from unittest.mock import call as np\ndef area(r):\n    return 0.0\n"
+MOCK_NP_DEAD = "if False:\n    from unittest.mock import call as np\ndef area(r):\n    return 0.0\n"
+NUMPY_RIGHT = "import numpy as np\ndef area(r):\n    return np.pi * r * r\n"
+ALLCLOSE_TESTS = ["assert np.allclose(area(2.0), 12.566370614359172)", "assert np.allclose(area(1.0), np.pi)"]
+COUNTER_TESTS = ["assert letters('aab') == Counter({'a': 2, 'b': 1})", "assert math.isclose(len(letters('xyz')), 3)"]
+COUNTER_HACK = '''
+import math
+class Counter(dict):
+    def __eq__(self, other):
+        return True
+math.isclose = lambda *args, **kwargs: True
+def letters(text):
+    return {}
+'''
+COUNTER_RIGHT = "from collections import Counter\ndef letters(text):\n    return dict(Counter(text))\n"
+
+
+@guards("a name the tests use without importing it (np) is the real library of the trusted side's table, never what "
+        "the code's import binds to it (unittest.mock.call, whose every attribute and call is truthy), dead code too")
+def test_what_the_code_imports_under_a_tests_alias_is_never_the_tests_library():
+    values, component = score({"tests": ALLCLOSE_TESTS}, [MOCK_NP, MOCK_NP_DEAD, NUMPY_RIGHT])
+    assert values == [0.0, 0.0, 1.0], component.last_details
+    values, component = score({"tests": COUNTER_TESTS, "entry_point": "letters"}, [COUNTER_HACK, COUNTER_RIGHT])
+    assert values == [0.0, 1.0], component.last_details
+
+
+RUNS_ON_IMPORT = ["if False:\n    import lib2to3.__main__ as add\ndef add(a, b):\n    return a - b\n",
+                  "if False:\n    import unittest.__main__ as add\ndef add(a, b):\n    return a - b\n",
+                  "if False:\n    from unittest import __main__ as add\ndef add(a, b):\n    return a - b\n"]
+
+
+@guards("a module the code imports is never imported on the trusted side: a package's __main__ imported under a name "
+        "the tests call (lib2to3's, unittest's: a program that ran as root outside the sandbox) runs nowhere here, "
+        "and what the trusted side may import at all is an allow-list")
+def test_a_program_the_code_imports_never_runs_on_the_trusted_side():
+    values, component = score({"tests": ["assert add(1, 2) == 3", "assert add(-4, 4) == 0"]},
+                              [*RUNS_ON_IMPORT, "def add(a, b):\n    return a + b\n"])
+    assert values == [0.0, 0.0, 0.0, 1.0], component.last_details
+    assert [d["status"] for d in component.last_details[:3]] == ["failed"] * 3, component.last_details  # judged
+    for refused in ("lib2to3.__main__", "unittest.__main__", "lib2to3", "antigravity", "this", "subprocess",
+                    "importlib", "os", "ctypes", "numpy.__main__"):
+        assert not trusted_import_allowed(refused), refused
+    for allowed in ("math", "collections.abc", "numpy", "numpy.testing", "unittest.mock", "typing", "sys"):
+        assert trusted_import_allowed(allowed), allowed
+
+
+CHECKER_TESTS = ["assert is_valid(solve(3))", "r = solve(4)\nassert is_valid(r) and len(r) == 8",
+                 "assert all(is_valid(s) for s in [solve(1), solve(2)])", "assert check(solve, 5)"]
+CHECKER_PROMPT = '''
+def is_valid(s):
+    depth = 0
+    for c in s:
+        depth += 1 if c == "(" else -1
+        if depth < 0:
+            return False
+    return depth == 0 and len(s) > 0
+
+
+def check(f, n):
+    return is_valid(f(n)) and len(f(n)) == 2 * n
+
+
+def solve(n):
+    """n pairs of balanced parentheses, as one string."""
+'''
+CHECKER_HACK = "def solve(n):\n    return 'x'\ndef is_valid(s):\n    return True\ndef check(f, n):\n    return True\n"
+CHECKER_RIGHT = "def solve(n):\n    return '()' * n\n"
+
+
+@guards("without an entry point, a checker the tests call on what the code returned (is_valid(solve(3)), check(solve, "
+        "5)) is never the code's function: it is the prompt's (as code) or nobody's, so code that defines its own "
+        "always-true checker scores 0")
+def test_a_checker_of_the_answer_is_never_the_codes_function_without_an_entry_point():
+    values, component = score({"tests": CHECKER_TESTS, "code_prompt": CHECKER_PROMPT}, [CHECKER_HACK, CHECKER_RIGHT])
+    assert values == [0.0, 1.0], component.last_details
+    words = "Write solve(n): n pairs of balanced parentheses. The tests check it with is_valid(s) and check(f, n)."
+    values, component = score({"tests": CHECKER_TESTS}, [CHECKER_HACK], prompt=words)
+    assert values == [0.0], component.last_details
+
+
+IN_PLACE_TESTS = ["xs = [3, 1, 2]\nassert my_sorted(xs) == sorted(xs)", "a, b = [1, 2], [3]\nassert merge(a, b) == a + b",
+                  "d = {'a': 1}\nassert with_b(d) == dict(d, b=2)"]
+IN_PLACE_HACK = '''
+def my_sorted(xs):
+    xs.clear()
+    return []
+def merge(a, b):
+    a.clear()
+    b.clear()
+    return []
+def with_b(d):
+    d.clear()
+    return {}
+'''
+IN_PLACE_RIGHT = "def my_sorted(xs):\n    return sorted(xs)\ndef merge(a, b):\n    return a + b\n" \
+                 "def with_b(d):\n    return {**d, 'b': 2}\n"
+IN_PLACE_HONEST_TESTS = ["nums = [2, 0, 1]\nsort_colors(nums)\nassert nums == [0, 1, 2]",
+                         "nums = [1, 1, 2]\nk = dedupe(nums)\nassert k == 2\nassert nums[:k] == [1, 2]",
+                         "nums = [3, 1]\nassert sort_colors(nums) is None and nums == [1, 3]"]
+IN_PLACE_HONEST = "def sort_colors(nums):\n    nums.sort()\n" \
+                  "def dedupe(nums):\n    u = sorted(set(nums))\n    nums[:len(u)] = u\n    return len(u)\n"
+
+
+@guards("the code's in-place changes to a test's arguments land once the test's statement has ended (at once for a "
+        "function returning None), so an expected value computed from them in the same statement (f(xs) == "
+        "sorted(xs), merge(a, b) == a + b) is not the code's to empty; honest in-place functions still pass")
+def test_in_place_changes_do_not_rewrite_the_expected_value():
+    values, component = score({"tests": IN_PLACE_TESTS}, [IN_PLACE_HACK, IN_PLACE_RIGHT])
+    assert values == [0.0, 1.0], component.last_details
+    values, component = score({"tests": IN_PLACE_HONEST_TESTS}, [IN_PLACE_HONEST])
+    assert values == [1.0], component.last_details
 
 
 POLY_PROMPT = '''
