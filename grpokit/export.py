@@ -960,7 +960,7 @@ def export_adapter(request: ExportRequest) -> ExportResult:
         check_hub_upload(request.push_to_hub)
     out = Path(request.output_dir).expanduser() if request.output_dir else default_output_dir(
         adapter_dir, request.format, quant)
-    from grpokit.run import check_output_dir
+    from grpokit.run_dir import check_output_dir
 
     # a file where the directory would go, or a directory we cannot write: one line naming it, before any work (the
     # write itself said only "File exists")

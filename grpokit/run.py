@@ -29,6 +29,7 @@ from grpokit.run_dir import (
     README,
     RUN_CONFIG,
     TRAINER_STATE,
+    check_output_dir,
     read_trainer_state,
     run_readme,
 )
@@ -810,33 +811,6 @@ def _trained_base(model) -> str | None:
     if model is None:
         return None
     return nf4_settings(model) or "16-bit"
-
-
-def check_output_dir(path: str, option: str = "--output-dir", what: str = "Output directory") -> Path:
-    """Refuse an output directory we could not write, before anything is loaded or written; `option`: the flag
-    that named it, which the line tells the user to change."""
-    if not str(path).strip():
-        # Path("") is the working directory: the lock, the log and the checkpoints would land there
-        raise UsageError(f"{option} is empty: give a directory, e.g. {option} grpo_outputs/my_run.")
-    out = Path(path).expanduser()
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{what} {out} is a file, not a directory: choose another {option}.")
-    probe = out
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise UsageError(f"{what} {out} is not writable ({probe} is not a writable directory): "
-                         f"choose another {option}.")
-    # os.access says yes to root everywhere, also on /proc, /sys or a read-only mount: only making a directory there
-    # tells (it is removed at once)
-    import tempfile
-
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".grpo-write-check-", dir=probe))
-    except OSError as err:
-        raise UsageError(f"{what} {out} is not writable (making a directory in {probe} fails: "
-                         f"{err.strerror or err}): choose another {option}.") from None
-    return out
 
 
 def check_wandb() -> None:

@@ -7,6 +7,7 @@ manifest, lock) belong to checkpoints.py; this module names the files a user, th
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,30 @@ def set_aside_previous_run(output_dir: Path, stamp: str) -> Path | None:
     for path in files:
         path.rename(target / path.name)
     return target
+
+
+def check_output_dir(path: str, option: str = "--output-dir", what: str = "Output directory") -> Path:
+    """Refuse an output directory we could not write, before anything is loaded or written; `option`: the flag
+    that named it, which the line tells the user to change."""
+    if not str(path).strip():
+        # Path("") is the working directory: the lock, the log and the checkpoints would land there
+        raise UsageError(f"{option} is empty: give a directory, e.g. {option} grpo_outputs/my_run.")
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{what} {out} is a file, not a directory: choose another {option}.")
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise UsageError(f"{what} {out} is not writable ({probe} is not a writable directory): "
+                         f"choose another {option}.")
+    # os.access says yes to root everywhere, also on /proc, /sys or a read-only mount: only making a directory there
+    # tells (it is removed at once)
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".grpo-write-check-", dir=probe))
+    except OSError as err:
+        raise UsageError(f"{what} {out} is not writable (making a directory in {probe} fails: "
+                         f"{err.strerror or err}): choose another {option}.") from None
+    return out

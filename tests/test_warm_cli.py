@@ -35,7 +35,8 @@ def test_a_dry_run_and_a_refused_input_read_the_same_warm_and_cold(tmp_path):
 def test_the_child_runs_in_the_requests_directory_with_its_environment(tmp_path):
     """A relative file name read from the request's working directory, and a variable a reward reads: the reward
     raises at its first call where FLAKY_FAIL_AT=1 says so, as in a cold run, and scores where it is unset."""
-    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "completion": "hi"}) + "\n")
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "What is 3 + 4?", "completion": "7", "answer": "7"})
+                                         + "\n")  # rows the quick test's reward can score
     args = ["--quick-test", "--reward", "tests.fixtures.flaky_rewards:flaky", "--score-completions", "rows.jsonl"]
     for env in ({**os.environ, "FLAKY_FAIL_AT": "1"}, {k: v for k, v in os.environ.items() if k != "FLAKY_FAIL_AT"}):
         reference = subprocess.run([sys.executable, str(ROOT / "train_grpo.py"), *args], cwd=tmp_path, env=env,
