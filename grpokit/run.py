@@ -720,7 +720,8 @@ class GRPOTrainer:
             main = True
         if main:
             self.tokenizer.save_pretrained(str(out))
-            verify_adapter(out)
+            state = self.trainer.state if self.trainer is not None else None
+            verify_adapter(out, state.log_history if state else (), self.config.max_completion_length)
             if self.config.save_merged:
                 engine = self.generation_engine
                 if hasattr(engine, "unshare_weights"):
@@ -946,16 +947,36 @@ def eval_only_dir(output_dir: str | os.PathLike, adapter_dir: Path, step: int) -
     return Path(output_dir) / "eval_only" / f"{Path(adapter_dir).resolve().name}-step_{step}"
 
 
-def verify_adapter(path: Path) -> None:
-    """Reload the saved adapter and check it holds trained LoRA weights (B matrices start at zero)."""
+def verify_adapter(path: Path, log_history=(), max_completion_length: int | None = None) -> None:
+    """Reload the saved adapter and check it holds trained LoRA weights (B matrices start at zero); when it does not,
+    say why from the run's step logs."""
     from safetensors.torch import load_file
 
     weights = load_file(str(path / "adapter_model.safetensors"))
     lora_b = [t for k, t in weights.items() if "lora_B" in k]
     if not lora_b or not any(bool(t.abs().sum() > 0) for t in lora_b):
-        log.warning("Saved adapter in %s has all-zero LoRA B weights: nothing was learned (check rewards).", path)
+        log.warning("Saved adapter in %s has all-zero LoRA B weights: nothing was learned (%s).", path,
+                    why_nothing_learned(log_history, max_completion_length))
     else:
         log.info("Adapter check: %d LoRA tensors reloaded, LoRA B non-zero", len(weights))
+
+
+def why_nothing_learned(log_history, max_completion_length: int | None) -> str:
+    """The step logs' reason a run left the adapter untouched: TRL logs the share of groups with identical rewards
+    (`frac_reward_zero_std`, all advantages 0 where it is 1) and of completions cut at the length limit."""
+    steps = [entry for entry in log_history if "frac_reward_zero_std" in entry and "loss" in entry]
+    if not steps:
+        return "no training step was logged"
+    if any(entry["frac_reward_zero_std"] < 1.0 for entry in steps):
+        return "check rewards and learning_rate"
+    reason = f"in all {len(steps)} steps every group's completions got identical rewards, so every advantage was 0"
+    clipped = sum(entry.get("completions/clipped_ratio", 0.0) for entry in steps) / len(steps)
+    if max_completion_length and clipped >= 0.5:
+        reason += (f"; {clipped:.0%} of the completions were cut at max_completion_length {max_completion_length} "
+                   f"before they finished: raise it (--set max_completion_length={2 * max_completion_length})")
+    else:
+        reason += ": preview the rewards with --score-completions, raise temperature, or train more steps"
+    return reason
 
 
 def save_merged(model, tokenizer, path: Path) -> None:

@@ -201,3 +201,20 @@ def test_save_merged_writes_a_loadable_16bit_model(fallback_run):
 def test_disabled_generation_logging_writes_none(fallback_run):
     out, _ = fallback_run
     assert not (out / "generation_logs").exists()
+
+
+def test_a_run_that_learned_nothing_says_why(tmp_path):
+    """Every completion cut at 1 token, none can hold a two-digit sum: every group's rewards are identical, the
+    adapter stays at zero, and the run's last word names the cause and the fix, not only 'check rewards'."""
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
+                            for a, b in [(45, 38), (27, 61), (53, 29), (34, 47), (66, 25), (18, 73), (52, 39),
+                                         (41, 44)]))
+    result = run_cli("--quick-test", "--custom-data", str(data), "--max-steps", "2", "--output-dir",
+                     str(tmp_path / "run"), "--no-wandb", "--set", "max_completion_length=1",
+                     "--set", "max_eval_samples=2", "--max-generation-samples", "2", "--set", "save_steps=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = " ".join((result.stdout + result.stderr).split())
+    assert "nothing was learned (in all 2 steps every group's completions got identical rewards" in said, said[-3000:]
+    assert "100% of the completions were cut at max_completion_length 1" in said
+    assert "--set max_completion_length=2" in said
