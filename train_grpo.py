@@ -440,6 +440,12 @@ def export(
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        # each file is written under a temporary name and renamed when complete (grpokit/export.py _staged_file)
+        typer.echo("\nexport interrupted: files finished before it are kept, the one being written was removed; "
+                   "run the same command again to finish (--no-measure skips answering the held-out prompts).",
+                   err=True)
+        raise typer.Exit(130) from None
     for path in result.files:
         typer.echo(str(path))
     if result.measurement is not None:  # stderr: stdout lists only the files written

@@ -361,17 +361,22 @@ def _stream(command: list[str], progress: ProgressLine, pattern: re.Pattern, des
     tail: list[str] = []
     buffer = b""
     assert proc.stdout is not None
-    while chunk := proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096):
-        buffer += chunk
-        *lines, buffer = re.split(rb"[\r\n]", buffer)
-        for raw in lines:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line:
-                continue
-            tail = (tail + [line])[-20:]
-            match = pattern.search(line)
-            if match:
-                progress.update(describe(match))
+    try:
+        while chunk := proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(4096):
+            buffer += chunk
+            *lines, buffer = re.split(rb"[\r\n]", buffer)
+            for raw in lines:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line:
+                    continue
+                tail = (tail + [line])[-20:]
+                match = pattern.search(line)
+                if match:
+                    progress.update(describe(match))
+    except BaseException:  # Ctrl-C, or a failure of ours: the tool must not go on writing into a removed file
+        proc.kill()
+        proc.wait()
+        raise
     return proc.wait(), "\n".join(tail)
 
 
@@ -754,37 +759,58 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def gguf_greedy(path: Path, prompts: list[list[int]], max_new_tokens: int, lora: Path | None = None) -> list[str]:
-    """Greedy completions from llama-cpp-python's own `Llama` (what llama.cpp / Ollama users run), fed the prompt
-    tokens; the text is llama.cpp's own detokenisation. One thread per free core: llama.cpp's threads wait for each
-    other spinning, and on cores other processes keep busy a step takes many times as long."""
-    from llama_cpp import Llama
-
+def free_core_threads() -> int:
+    """One thread per core no other process keeps busy: threads that wait for each other (llama.cpp's spin, torch's
+    OpenMP barriers) on cores taken by others make each token many times as slow (24 short answers: 5 s on a quiet
+    2-core machine, minutes with every core's thread shared)."""
     from grpokit.cpu_threads import LoadMeter, threads_for, usable_cores
 
     meter, (cores, _) = LoadMeter(), usable_cores()
     time.sleep(LoadMeter.MIN_WINDOW)
+    return threads_for(cores, meter.others(), cores)
+
+
+def gguf_greedy(path: Path, prompts: list[list[int]], max_new_tokens: int, lora: Path | None = None,
+                progress: ProgressLine | None = None) -> list[str]:
+    """Greedy completions from llama-cpp-python's own `Llama` (what llama.cpp / Ollama users run), fed the prompt
+    tokens; the text is llama.cpp's own detokenisation, on the free cores (free_core_threads)."""
+    from llama_cpp import Llama
+
+    threads = free_core_threads()
     llm = Llama(model_path=str(path), lora_path=str(lora) if lora else None,
-                n_ctx=max(len(p) for p in prompts) + max_new_tokens + 8,
-                n_threads=threads_for(cores, meter.others(), cores), verbose=False)
+                n_ctx=max(len(p) for p in prompts) + max_new_tokens + 8, n_threads=threads, verbose=False)
+    answers = []
     try:
-        return [llm.create_completion(ids, max_tokens=max_new_tokens, temperature=0.0, top_k=1,
-                                      repeat_penalty=1.0)["choices"][0]["text"].strip() for ids in prompts]
+        for ids in prompts:
+            if progress is not None:
+                progress.update(f"{len(answers)}/{len(prompts)} on {threads} threads")
+            answers.append(llm.create_completion(ids, max_tokens=max_new_tokens, temperature=0.0, top_k=1,
+                                                 repeat_penalty=1.0)["choices"][0]["text"].strip())
+        return answers
     finally:
         llm.close()
 
 
-def torch_greedy(model, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
-    """Greedy completions from a transformers model (plain generate, one prompt at a time: no padding)."""
+def torch_greedy(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
+                 progress: ProgressLine | None = None) -> list[str]:
+    """Greedy completions from a transformers model (plain generate, one prompt at a time: no padding), on the free
+    cores (free_core_threads)."""
     import torch
 
-    answers = []
-    with torch.no_grad():
-        for ids in prompts:
-            tensor = torch.tensor([ids])
-            out = model.generate(input_ids=tensor, attention_mask=torch.ones_like(tensor), do_sample=False,
-                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-            answers.append(tokenizer.decode(out[0, tensor.shape[1]:], skip_special_tokens=True).strip())
+    answers, before = [], torch.get_num_threads()
+    threads = free_core_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            for ids in prompts:
+                if progress is not None:
+                    progress.update(f"{len(answers)}/{len(prompts)} on {threads} threads")
+                tensor = torch.tensor([ids])
+                out = model.generate(input_ids=tensor, attention_mask=torch.ones_like(tensor), do_sample=False,
+                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+                answers.append(tokenizer.decode(out[0, tensor.shape[1]:], skip_special_tokens=True).strip())
+    finally:
+        torch.set_num_threads(before)
     return answers
 
 
@@ -846,8 +872,8 @@ def measure(evaluation: tuple[int, list[dict], bool], config: dict, tokenizer, a
     """`answer(prompt ids, max new tokens) -> completions` on the logged prompts, against the logged completions."""
     step, entries, final = evaluation
     max_new_tokens = config.get("generation_max_new_tokens") or config.get("max_completion_length") or 256
-    with ProgressLine(f"answering the run's {len(entries)} held-out prompts"):
-        completions = answer([prompt_ids(tokenizer, e["prompt"]) for e in entries], max_new_tokens)
+    with ProgressLine(f"answering the run's {len(entries)} held-out prompts (--no-measure skips it)") as progress:
+        completions = answer([prompt_ids(tokenizer, e["prompt"]) for e in entries], max_new_tokens, progress)
     run_reward = sum(e["reward_total"] for e in entries) / len(entries)
     return Measurement(same_completions(completions, [e["generated"] for e in entries]), len(entries),
                        score_completions(config, entries, completions, tokenizer), run_reward, step, final)
@@ -1040,12 +1066,14 @@ def _measure(request: ExportRequest, adapter_dir: Path, config: dict, summary: d
 
         merged = AutoModelForCausalLM.from_pretrained(result.output_dir, dtype=torch.float32).eval()
         result.measurement = measure(evaluation, config, tokenizer,
-                                     lambda prompts, n: torch_greedy(merged, tokenizer, prompts, n))
+                                     lambda prompts, n, progress: torch_greedy(merged, tokenizer, prompts, n,
+                                                                                progress))
     elif model is None:
         result.measure_note = "a GGUF LoRA runs on a base GGUF: --ollama writes one beside it"
     else:
         result.measurement = measure(evaluation, config, tokenizer,
-                                     lambda prompts, n: gguf_greedy(model, prompts, n, lora=lora))
+                                     lambda prompts, n, progress: gguf_greedy(model, prompts, n, lora=lora,
+                                                                               progress=progress))
 
 
 def _check_space(request: ExportRequest, base: BaseModel, out: Path) -> None:

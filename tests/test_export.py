@@ -433,3 +433,31 @@ def test_an_output_dir_that_is_a_file_is_named(tmp_path):
     blocker.write_text("a file")
     line = one_error_line(cli("export", str(adapter), "--output-dir", str(blocker), "--no-measure"))
     assert line == f"error: Export directory {blocker} is a file, not a directory: choose another --output-dir."
+
+
+def test_ctrl_c_during_an_export_says_what_it_left(run, tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group, the GGUF converter included) while the GGUF is written: one
+    line saying what is kept and how to finish, exit 130, no half-written file and no converter left running."""
+    import signal
+    import time
+
+    import psutil
+
+    out = tmp_path / "export"
+    process = subprocess.Popen([sys.executable, str(ROOT / "train_grpo.py"), "export", str(run), "-o", str(out)],
+                               cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    lines = []
+    for line in process.stderr:  # the merge's line: the GGUF conversion starts next
+        lines.append(line)
+        if "merging the adapter" in line:
+            break
+    time.sleep(2)
+    os.killpg(process.pid, signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    said = "".join(lines) + rest
+    assert process.returncode == 130, said[-3000:]
+    assert "export interrupted: files finished before it are kept, the one being written was removed" in said
+    assert "Traceback" not in said
+    assert not [p for p in out.parent.rglob("*") if p.name.endswith(".partial")]
+    assert not any(str(out) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
