@@ -5,7 +5,7 @@ Every formatter maps one raw row to the GRPO row our trainer and rewards use, or
     {"id": str, "prompt": [{"role": ..., "content": ...}, ...],   # conversational: TRL applies the chat template
      "chosen": str, "rejected": str,                              # preference data: the two final replies
      "answer": str,                                               # verifiable data: the reference answer
-     "tests": [str], "test_setup_code": str, "entry_point": str,  # code data: what rewards/code.py runs
+     "tests": [str], "test_setup_code": str, "entry_point": str,  # code data: what rewards/code/reward.py runs
      "code_prompt": str,                                          # (code_prompt: the function's signature)
      "reference": str}                                            # a full reference reply, where the data has one
                                                                   # (GSM8K's worked solution, a custom `completion`)
@@ -336,7 +336,7 @@ IO_PROMPT_FIELDS = ("question", "problem", "description", "question_content", "p
 
 
 def _io_layout(row: Row) -> bool:
-    """Whether the row holds standard-input / call-based test cases in one of rewards/code_io.py's layouts."""
+    """Whether the row holds standard-input / call-based test cases in one of rewards/code/stdio.py's layouts."""
     if row.get("io_cases") or set(row) & {"input_output", "public_tests", "public_test_cases"}:
         return True
     tests = row.get("tests")
@@ -470,7 +470,7 @@ def make_custom_formatter(fmt: str, names: FieldNames) -> Callable[[Row], Mapped
 
     def fmt_io(row: Row) -> Mapped:
         # rows as io_problem_row left them: the statement as `prompt`, the cases as JSON in `io_cases`
-        from rewards.code_io import call_tests
+        from rewards.code.stdio import call_tests
 
         prompt = _as_messages(row.get("prompt"))
         if prompt is None:
@@ -646,8 +646,8 @@ FORMAT_FIELDS = {"preference": ("prompt", "chosen", "rejected"), "messages": (),
 
 def io_problem_row(row: Row, names: FieldNames, where: str) -> Row:
     """A standard-input / call-based problem as `prompt` (its statement, the starter code, and how to answer) and
-    `io_cases` (JSON, rewards/code_io.py's one form); unreadable cases are one line naming the row."""
-    from rewards.code_io import io_cases
+    `io_cases` (JSON, rewards/code/stdio.py's one form); unreadable cases are one line naming the row."""
+    from rewards.code.stdio import io_cases
 
     if row.get("io_cases") and isinstance(row.get("prompt"), str | list):
         return row  # mapped already (create_grpo_dataloader's rows passed to train())
@@ -744,7 +744,7 @@ def check_custom_row(row: Row, fmt: str, names: FieldNames, where: str) -> Row:
 
 def _tests_parse(row: Row, fmt: str, where: str) -> None:
     """Test code that is not Python fails for every completion (a run of all-zero rewards): named at its line here;
-    the code reward refuses it again for rows that come another way (rewards/code.py split_tests)."""
+    the code reward refuses it again for rows that come another way (rewards/code/reward.py split_tests)."""
     import ast
 
     column = "tests" if fmt == "tests" else "test_list"

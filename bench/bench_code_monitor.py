@@ -93,7 +93,7 @@ def score(programs, timeout: float = 5.0) -> list[tuple[float | None, dict]]:
 
 def static(programs) -> list[list[str]]:
     from rewards.code import extract_code
-    from rewards.code_monitor import scan
+    from rewards.code.monitor import scan
 
     out = []
     for _, _, columns, completion in programs:

@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds per program (the official default: 3)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    from grpokit import sandbox
+    from rewards.code import sandbox
 
     items = completions(args.mutants)
     print(f"# {len(items)} programs; {sandbox.describe()}", flush=True)

@@ -2,7 +2,7 @@
 
 Wall time per job (median, p90) as the caller sees it, and CPU time per job inside the sandbox: the zygote's own and
 that of every process it waited for (utime + stime + cutime + cstime of its /proc/<pid>/stat), which other load on
-the machine disturbs far less than wall time. Each job's namespaces (grpokit/sandbox_worker.py `job_in_namespaces`)
+the machine disturbs far less than wall time. Each job's namespaces (rewards/code/sandbox_worker.py `job_in_namespaces`)
 are part of both.
 
     .venv/bin/python bench/bench_sandbox_jobs.py        # 200 jobs
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
 
-from grpokit import sandbox  # noqa: E402
+from rewards.code import sandbox  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:

@@ -46,9 +46,9 @@ tests/test_layout.py checks it):
     console.py             what the terminal shows: header, progress, summary, third-party noise, --help layout
     run_dir.py             the run directory: every file name a run leaves, and their readers
     hub.py                 Hugging Face Hub reachability (fail fast offline)
-    sandbox.py             running model-written code: a zygote per worker in its own namespaces, root, uid, seccomp
-                           and cgroups; the helper process the tests run in; SandboxFusion
-    sandbox_worker.py      what runs inside the sandbox (the zygote, a job's child) and the plain-data codec
+
+Model-written code (the code reward, its sandbox, the monitor; the `python` tool runs in that sandbox) has a room of
+its own, `rewards/code/`: its `__init__.py` says where the verdict is decided and where the trust boundary lies.
 
 Three classes are called GRPOTrainer and two GRPOConfig; which is which:
 - `grpo_trainer.GRPOTrainer` (= `grpokit.run.GRPOTrainer`): the spec's run object; it builds the next one.

@@ -3,7 +3,7 @@ arithmetic) and the `python_repl` environment (variables kept across one rollout
 
 Each is what TRL 1.15's GRPOTrainer takes as a tool: a plain function (or an environment class's public method)
 whose name, type hints and docstring become the JSON schema the chat template shows the model. Model-written code
-is hostile, so `python` and `python_repl` run it only in the sandbox (grpokit/sandbox.py: no network, no host
+is hostile, so `python` and `python_repl` run it only in the sandbox (rewards/code/sandbox.py: no network, no host
 files, no secrets, a fresh job directory per call, time and memory caps) with the guarantees the code reward has;
 the calculator evaluates a syntax tree of numbers and operators and nothing else.
 """
@@ -16,7 +16,7 @@ import operator
 import re
 from fractions import Fraction
 
-from grpokit.sandbox import Limits, SandboxError, run_python
+from rewards.code.sandbox import Limits, SandboxError, run_python
 
 
 class ToolError(Exception):

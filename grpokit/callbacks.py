@@ -235,7 +235,7 @@ class GenerationLogger(TrainerCallback):
                 completions = [self._decode(ids)[0] for ids in self._generate(model, texts, sample=True, n=k)]
         finally:
             torch.random.set_rng_state(generator_state)  # do not disturb training's sampling stream
-        if "tests" in self.rows[0]:  # code: correct = every test passes (rewards/code.py's sandbox)
+        if "tests" in self.rows[0]:  # code: correct = every test passes (rewards/code/reward.py's sandbox)
             from rewards.code import passes_all
 
             correct = passes_all(completions, [row for row in self.rows for _ in range(k)])

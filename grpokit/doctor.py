@@ -317,8 +317,8 @@ def check_llama_cpp(doc: Doctor) -> Check:
 
 
 def check_sandbox(doc: Doctor) -> Check:
-    """The code sandbox's protections, probed with a real sandboxed job (grpokit/sandbox.py)."""
-    from grpokit import sandbox
+    """The code sandbox's protections, probed with a real sandboxed job (rewards/code/sandbox.py)."""
+    from rewards.code import sandbox
 
     p = sandbox.protections()
     if not any(p[key] for key in ("non_root", "private_files", "no_nested_namespaces")) and "not start" in p["why"]:

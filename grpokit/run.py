@@ -393,7 +393,7 @@ class GRPOTrainer:
         components = self.reward_set.components if self.reward_set is not None else []
         if not any(isinstance(c, CodeExecution) and not c.sandbox_url for c in components):
             return []
-        from grpokit import sandbox
+        from rewards.code import sandbox
 
         return [sandbox.describe()]
 

@@ -1,4 +1,4 @@
-"""Honest solutions the hack monitor (rewards/code_monitor.py + the sandbox's run-time monitor) must not flag: the
+"""Honest solutions the hack monitor (rewards/code/monitor.py + the sandbox's run-time monitor) must not flag: the
 things real solutions do that look odd to a naive monitor (recursion limits, stdin, value types with __eq__, threads,
 locks, caches, top-level data, a path in a string). Used by tests/test_code_monitor.py and
 bench/bench_code_monitor.py; the HumanEval canonical solutions are added there."""

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import bench_code_reward  # noqa: E402
 
-from rewards import code_monitor  # noqa: E402
+from rewards.code import monitor as code_monitor  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -80,7 +80,7 @@ def score_rows(rows: list[tuple[dict, object]], timeout: float = TIMEOUT) -> lis
 def _close_idle_sandboxes() -> None:
     """Idle sandboxes kept for reuse are closed: the tests that attack reuse start on fresh ones, and what they leave
     behind does not spill into other tests."""
-    from grpokit import sandbox
+    from rewards.code import sandbox
 
     getattr(sandbox, "shutdown", lambda: None)()
 

@@ -1,5 +1,5 @@
 """Standard-input / standard-output problems: every layout read into one form, and the output comparison as a table
-(rewards/code_io.py). The end-to-end scoring of these problems in the sandbox is in tests/test_code_stdio.py."""
+(rewards/code/stdio.py). The end-to-end scoring of these problems in the sandbox is in tests/test_code_stdio.py."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 from config.errors import UsageError
-from rewards.code_io import call_tests, io_cases, outputs_match, solution_class, with_prelude
+from rewards.code.stdio import call_tests, io_cases, outputs_match, solution_class, with_prelude
 
 SAMPLES = [json.loads(line) for line in (ROOT / "examples" / "code_stdio.jsonl").read_text().splitlines()]
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_code_monitor as bench  # noqa: E402
 
-from rewards.code_monitor import scan  # noqa: E402
+from rewards.code.monitor import scan  # noqa: E402
 
 # attacks with nothing to monitor: plain computation that loads the trusted side, bounded by its limits
 UNMONITORABLE = {"returns a value nested 100,000 deep", "returns a 100 MB value", "huge_composite",

@@ -1,5 +1,5 @@
 """Standard-input / standard-output problems scored end to end: the shipped sample set (examples/code_stdio.jsonl,
-every layout of rewards/code_io.py) mapped as a run maps it, then the reward the trainer calls on right, wrong and
+every layout of rewards/code/stdio.py) mapped as a run maps it, then the reward the trainer calls on right, wrong and
 hostile programs, in the real sandbox. The program's output is compared outside the sandbox; the expected output
 never enters it."""
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 from test_code_hacks import COLLECT, PUBLISH  # a correct completion leaves its code behind, a wrong one runs it
 
-from rewards.code import CodeExecution, trusted_import_allowed
+from rewards.code.reward import CodeExecution, trusted_import_allowed
 
 TIMEOUT = 5.0
 guards = pytest.mark.guards
@@ -459,7 +459,7 @@ def collect():
 @guards("a value one job writes (an extended attribute on its directory or /tmp, the directory's times, a file) is "
         "not visible to the next job, in the same reward call or a later one")
 def test_nothing_a_job_writes_is_visible_to_the_next():
-    from grpokit import sandbox
+    from rewards.code import sandbox
 
     sandbox.shutdown()
     try:

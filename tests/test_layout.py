@@ -17,7 +17,8 @@ FACES = {"train_grpo", "grpo_trainer"}  # the entry points: nothing imports them
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in [*ROOT.glob("*.py"), *ROOT.glob("config/*.py"), *ROOT.glob("rewards/*.py"), *ROOT.glob("grpokit/*.py")]:
+    for path in [*ROOT.glob("*.py"), *ROOT.glob("config/*.py"), *ROOT.glob("rewards/*.py"),
+                 *ROOT.glob("rewards/code/*.py"), *ROOT.glob("grpokit/*.py")]:
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = path
@@ -50,7 +51,7 @@ def test_no_import_cycles():
     modules, graph = _graph()
     edges = {name: {target for target, _ in imports if target != name} for name, imports in graph.items()}
     # a package imports its own modules from __init__ (rewards, config): that is the package's face, not a cycle
-    for package in ("config", "rewards"):
+    for package in ("config", "rewards", "rewards.code"):
         edges[package] = {t for t in edges[package] if not t.startswith(package + ".")}
     state: dict[str, int] = {}
 

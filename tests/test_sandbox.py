@@ -17,8 +17,7 @@ import psutil
 import pytest
 from conftest import ROOT
 
-from grpokit import sandbox
-from rewards.code import CodeExecution
+from rewards.code import CodeExecution, sandbox
 
 TIMEOUT = 2.0
 MARGIN = 3.0  # start-up, the namespace set-up and a loaded 2-core machine
@@ -246,9 +245,9 @@ def test_sandbox_fusion_unreachable_drops_the_sample():
 _NO_NAMESPACES = r"""
 import json, sys
 sys.path.insert(0, {root!r})
-from grpokit.sandbox_worker import install_seccomp
+from rewards.code.sandbox_worker import install_seccomp
 assert install_seccomp() == ""  # as a container's seccomp profile does: unshare and nested namespaces refused
-from grpokit import sandbox
+from rewards.code import sandbox
 from config.errors import UsageError
 from rewards.code import CodeExecution
 out = {{"describe": sandbox.describe(), "missing": sandbox.missing()}}
@@ -285,7 +284,7 @@ def test_without_namespaces_it_says_what_holds_and_require_sandbox_refuses():
 _UNDER_SECCOMP = r"""
 import os, sys
 sys.path.insert(0, os.getcwd())
-from grpokit.sandbox_worker import install_seccomp
+from rewards.code.sandbox_worker import install_seccomp
 assert install_seccomp() == ""
 if sys.argv[1] == "api":
     from config import build_config
@@ -330,7 +329,7 @@ def test_where_unshare_is_blocked_a_code_run_is_refused_unless_allowed_explicitl
 
 
 def test_the_monitor_flags_and_zero_suspected_scores_zero():
-    from rewards.code_monitor import scan
+    from rewards.code.monitor import scan
 
     assert scan("import gc\ndef f():\n    gc.collect()\n    return 1") == ["gc"]
     assert scan("import builtins\nbuiltins.int = str") == ["builtins", "rebinding"]
@@ -389,10 +388,10 @@ def test_a_helper_killed_at_its_deadline_leaves_nothing_on_the_host():
 
     before = sandbox_leftovers()
     started = time.monotonic()
-    assert sandbox.trusted_call("grpokit.sandbox:run_python", {"program": "import time\ntime.sleep(60)"}, 3) is None
+    assert sandbox.trusted_call("rewards.code.sandbox:run_python", {"program": "import time\ntime.sleep(60)"}, 3) is None
     assert time.monotonic() - started < 15
     assert sandbox_leftovers() <= before
-    answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", {
+    answer = sandbox.trusted_call("rewards.code.reward:judge_in_sandbox", {
         "code": "def add(a, b):\n    return a + b\n", "steps": [["test", "assert add(1, 2) == 3"]], "entry": "add",
         "prefix": "", "timeout": 5.0, "memory_mb": 512}, 60)
     assert answer and "ok" in answer, answer
@@ -410,7 +409,7 @@ _AS_A_USER = r"""
 import json, os, sys
 sys.path.insert(0, {root!r})
 os.geteuid = lambda: 1000  # the host side as a user without root: user namespaces, no cgroups, no uid drop
-from grpokit import sandbox
+from rewards.code import sandbox
 from rewards.code import CodeExecution
 right = "```python\ndef f():\n    return 1\n```"
 wrong = "```python\ndef f():\n    return 2\n```"
@@ -482,14 +481,14 @@ def test_a_helper_uses_the_trainers_probe_and_its_sandboxes_get_the_memory_they_
     monkeypatch.setitem(sandbox._STATE, "mode", "none")  # as if this machine had no namespaces
     monkeypatch.setitem(sandbox._STATE, "protections", {**real, "namespaces": ""})
     try:
-        answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, 60)
+        answer = sandbox.trusted_call("rewards.code.reward:judge_in_sandbox", payload, 60)
     finally:
         sandbox.shutdown()
     assert answer["ok"]["results"] == [[0, False]]  # the helper took the handed-over mode: the host's files show
     monkeypatch.undo()
     sandbox.shutdown()
     if real["namespaces"]:
-        assert sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, 60)["ok"]["results"] == [[0, True]]
+        assert sandbox.trusted_call("rewards.code.reward:judge_in_sandbox", payload, 60)["ok"]["results"] == [[0, True]]
     big = 6000  # MiB: above the helper's own 4096 MiB soft cap
     right = "```python\nimport resource\ndef cap():\n    return resource.getrlimit(resource.RLIMIT_AS)[0] >> 20\n```"
     assert CodeExecution(timeout=5, memory_mb=big)(completions=[right], tests=[[f"assert cap() == {big}"]]) == [1.0]
@@ -499,7 +498,7 @@ def test_a_helper_uses_the_trainers_probe_and_its_sandboxes_get_the_memory_they_
 def test_a_set_or_dict_of_colliding_keys_is_refused_before_it_is_built(tag):
     """Multiples of 2**61 - 1 all hash to 0: built, 20,000 of them take quadratic time. The codec refuses them at
     once, while distinct keys of the same count decode."""
-    from grpokit.sandbox_worker import decode
+    from rewards.code.sandbox_worker import decode
 
     def keys(step):
         return [["i", format(k * step, "x")] for k in range(1, 20001)]
@@ -548,7 +547,7 @@ def test_host_wide_resources_and_foreign_socket_families_are_denied():
     covers (AF_VSOCK reaches the hypervisor) are refused; unix, IPv4 / IPv6 sockets, asyncio and fork still work."""
     import platform
 
-    from grpokit.sandbox_worker import _ARCHES
+    from rewards.code.sandbox_worker import _ARCHES
 
     numbers = _ARCHES[platform.machine()][2]
     calls = {name: numbers[name] for name in ("io_setup", "io_submit", "io_getevents", "inotify_init1",
@@ -622,7 +621,7 @@ def test_a_completion_costs_the_step_at_most_its_time_limit_plus_one_second():
     the start (a fresh helper, a sandbox); from its sandbox job's start a completion gets its time limit plus
     JUDGE_SLACK (1 s). Measured on a warm pool beside honest rows: an endless loop, and tests made to spin, each
     take at most TIMEOUT + 1 s + 0.5 s of scheduling on a loaded 2-core machine."""
-    from rewards.code import JUDGE_SLACK
+    from rewards.code.reward import JUDGE_SLACK
 
     good = fenced("def f():\n    return 1")
     hostile = {"endless loop": (fenced("def f():\n    while True:\n        pass"), "assert f() == 1"),
@@ -675,7 +674,7 @@ def test_a_helper_outlives_no_trainer_killed_at_once(tmp_path):
     """kill -9 of the trainer while its helper spins on the code's answers (a C loop holding the GIL): the helper's
     watchdog kills it within seconds instead of leaving it to spin for good."""
     trainer = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from grpokit import sandbox; "
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from rewards.code import sandbox; "
          "helper = sandbox._Trusted(); print(helper.process.pid, flush=True); "
          "helper.call('tests.fixtures.spin:spin', {}, 600)", str(ROOT)],
         stdout=subprocess.PIPE, text=True)

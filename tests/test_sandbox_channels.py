@@ -12,7 +12,7 @@ import secrets
 
 import pytest
 
-from grpokit import sandbox
+from rewards.code import sandbox
 
 PROTECTIONS = sandbox.protections()
 LIMITS = sandbox.Limits(timeout=10)

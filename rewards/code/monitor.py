@@ -2,7 +2,7 @@
 
 A policy that learns to cheat its code reward starts by trying: rebinding builtins or `os`, walking frames, `gc`,
 tracing, `ctypes`, exit hooks, objects that compare equal to everything, reading files outside its directory. The
-sandbox and the split verdict (rewards/code.py) make those attempts pay nothing; this monitor makes them *visible*:
+sandbox and the split verdict (rewards/code/reward.py) make those attempts pay nothing; this monitor makes them *visible*:
 each completion's code is read (never run) with `ast`, and what it finds is counted per step
 (`code/hack_suspected`), shown beside the completion in the generation logs, and optionally scored 0
 (`code_execution.zero_suspected`).

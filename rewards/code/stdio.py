@@ -4,7 +4,7 @@ The dominant format of open code-RL data (APPS, TACO, CodeContests, LiveCodeBenc
 problem a list of cases: an input fed to the program's standard input and the output it must print. Call-based
 problems (APPS / TACO / LiveCodeBench "functional" rows with a `fn_name`) give argument lists and return values
 instead. `io_cases` reads every layout below into one column, `{"cases": [{"input", "output"}...], "fn_name",
-"time_limit"}`, which the data loader maps and rewards/code.py scores case by case:
+"time_limit"}`, which the data loader maps and rewards/code/reward.py scores case by case:
 
   APPS, TACO          `input_output`: a JSON string {"inputs": [...], "outputs": [...], "fn_name"?}
   CodeContests        `public_tests` / `private_tests` / `generated_tests`: {"input": [...], "output": [...]};

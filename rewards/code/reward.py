@@ -17,7 +17,7 @@ checks ran and held (counted on the trusted side); a set-up step that raises fai
 (a fixture it cannot provide, no check at all, test or set-up code that is not Python) are refused (LayoutError, a
 UsageError) before a model loads, for every row of the data (check_layouts).
 
-Where the verdict is decided: the completion's code is loaded in a sandboxed process (grpokit/sandbox.py) that only
+Where the verdict is decided: the completion's code is loaded in a sandboxed process (rewards/code/sandbox.py) that only
 answers calls. The tests run here, in a helper process of the trainer's, with the code's function(s) bound to a
 `Proxy`: `candidate([1, 2])` sends its arguments as plain data, the sandbox calls the function and sends back the
 result as plain data (exact builtin types, decoded strictly), and the assertion (`== EXPECTED`, `abs(...) < tol`,
@@ -49,10 +49,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from config.errors import UsageError
-from grpokit.sandbox import SandboxError
-from rewards import code_monitor
 from rewards.base import RewardComponent
-from rewards.code_io import (
+from rewards.code import monitor as code_monitor
+from rewards.code.sandbox import SandboxError
+from rewards.code.stdio import (
     DEFAULT_CASE_SECONDS,
     FLOAT_TOLERANCE,
     call_tests,
@@ -475,7 +475,7 @@ class _Remote:
         raise ValueError("no such object")
 
     def decode(self, data: Any) -> Any:
-        from grpokit import sandbox
+        from rewards.code import sandbox
 
         return sandbox.decode(data, handles=self.own)
 
@@ -484,7 +484,7 @@ class _Remote:
         tests' (a callback, an iterator, a generator, an instance of their class) as a handle: it stays here and
         the code's uses of it come back as requests (`answer`). What no test needs to hand over and would open this
         process to the code (a module, a frame, `getattr` / `eval` and kin) cannot cross: the test fails."""
-        from grpokit import sandbox
+        from rewards.code import sandbox
 
         def other(item: Any) -> list | None:
             if isinstance(item, RemoteObject):
@@ -502,7 +502,7 @@ class _Remote:
                 self.handles.append(item)
             return ["cb", self.handle_of[key]]
 
-        from grpokit.sandbox_worker import TooLarge
+        from rewards.code.sandbox_worker import TooLarge
 
         try:
             return sandbox.encode(value, other=other)
@@ -904,7 +904,7 @@ def _trusted_namespace(sink: list[str], modules: dict[str, types.ModuleType] | N
             return modules[name]
         if level or type(name) is not str or not trusted_import_allowed(name) or any(
                 type(item) is not str or not trusted_import_allowed(f"{name}.{item}") for item in fromlist or ()):
-            raise ImportError(f"{name!r} is not importable where the tests run (rewards/code.py TRUSTED_MODULES)")
+            raise ImportError(f"{name!r} is not importable where the tests run (rewards/code/reward.py TRUSTED_MODULES)")
         return real_import(name, globals, locals, fromlist, level)
 
     def _print(*args, sep=" ", end="\n", **_):
@@ -1156,7 +1156,7 @@ def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: f
                      prompt: str = "") -> dict:
     """One completion, in the helper process: load its code in a sandbox and run the tests here on its answers
     (`judge`; `prompt`: the row's prompt, which may declare the functions). JSON-able for the way back."""
-    from grpokit import sandbox
+    from rewards.code import sandbox
 
     steps = [(str(kind), str(source)) for kind, source in steps]
     limits = sandbox.Limits(timeout=timeout, memory_mb=memory_mb)
@@ -1187,7 +1187,7 @@ def judge_in_sandbox(code: str, steps: list, entry: str, prefix: str, timeout: f
 
 
 def _decode(data: Any) -> Any:
-    from grpokit import sandbox
+    from rewards.code import sandbox
 
     return sandbox.decode(data)
 
@@ -1258,12 +1258,12 @@ class CodeExecution(RewardComponent):
     seconds; None when the row has no tests or the sandbox itself fails (the sample is dropped, not punished).
 
     The verdict is decided where the completion's code cannot reach it: the code runs in a sandbox
-    (grpokit/sandbox.py) and only answers calls (`candidate(3)` -> 7) with plain data; the tests, with their
+    (rewards/code/sandbox.py) and only answers calls (`candidate(3)` -> 7) with plain data; the tests, with their
     expected values, run in a helper process on those answers; the tests' own objects (a callback, an iterator) stay
     there as handles, and what must not cross fails, counted in `code/unsplit_tests`. The code: the first ```python block defining the entry point, else the longest block,
     else the whole completion; with the function's prompt known (HumanEval: `code_prompt`), the prompt goes first,
     so a continuation (the body only) and a restated function both run, and the prompt's own helpers are the ones
-    the tests use. The hack monitor (rewards/code_monitor.py) flags code that reaches for what a solution never
+    the tests use. The hack monitor (rewards/code/monitor.py) flags code that reaches for what a solution never
     needs (`code/hack_suspected`); `zero_suspected` scores flagged completions 0. `require_sandbox` refuses to
     run code where this machine cannot isolate it. Completions run in parallel, `workers` at a time (0 = one per
     core this process may use (CPU affinity, cgroup quota), divided among the ranks of this node). `sandbox_url`: send them to a
@@ -1312,7 +1312,7 @@ class CodeExecution(RewardComponent):
             self._check_sandbox(source, announce_unisolated=False)
 
     def _check_sandbox(self, source: str, announce_unisolated: bool = True) -> None:
-        from grpokit import sandbox
+        from rewards.code import sandbox
 
         # Without namespaces a run is refused unless it allows it (check_isolation): that line says it then, or the
         # first call does; a run refused in one line does not say it twice.
@@ -1422,14 +1422,14 @@ class CodeExecution(RewardComponent):
         return (1.0 if passed == total else 0.0), details
 
     def _one_io(self, text: str, io: dict, details: dict[str, Any]) -> tuple[float | None, dict]:
-        """A standard-input / standard-output problem (rewards/code_io.py): the program runs once per case on the
+        """A standard-input / standard-output problem (rewards/code/stdio.py): the program runs once per case on the
         case's input, in the sandbox, and only its standard output comes back; this process compares it with the
         expected output. Each case gets the row's time limit (x2: contest limits are set for C++; else
         code_io.DEFAULT_CASE_SECONDS), all of them together at most `timeout`: a hostile completion costs the step
         no more. A case past its limit, and every case after it, fails; a crash (non-zero exit) fails its case.
         Outputs compare as code_io.outputs_match says, non-integers within the row's `float_tolerance`, else the
         reward's."""
-        from grpokit import sandbox
+        from rewards.code import sandbox
 
         cases = io["cases"]
         details["total"] = len(cases)
@@ -1479,14 +1479,14 @@ class CodeExecution(RewardComponent):
     def _local(self, code: str, steps: list[tuple[str, str]], entry: str,
                prefix: str, prompt: str = "") -> tuple[dict[int, bool], str, str, int, list[str]]:
         """({step: passed}, status ('' = by the tests), stderr, unsplit steps, the run-time monitor's events) with
-        the local sandbox. The tests run in a helper process (grpokit/sandbox.py `trusted_call`), killed at the
+        the local sandbox. The tests run in a helper process (rewards/code/sandbox.py `trusted_call`), killed at the
         deadline: whatever the code's answers make them do (a hash-colliding set, a huge number in a test's
         arithmetic), the trainer waits on a pipe and goes on."""
-        from grpokit import sandbox
+        from rewards.code import sandbox
 
         payload = {"code": code, "steps": [list(step) for step in steps], "entry": entry, "prefix": prefix,
                    "timeout": self.timeout, "memory_mb": self.memory_mb, "prompt": prompt}
-        answer = sandbox.trusted_call("rewards.code:judge_in_sandbox", payload, self.timeout + JUDGE_SLACK,
+        answer = sandbox.trusted_call("rewards.code.reward:judge_in_sandbox", payload, self.timeout + JUDGE_SLACK,
                                       grace=JUDGE_GRACE)
         if answer is None:
             return {}, "timeout", "the tests on its answers ran past the time limit", 0, []
@@ -1499,7 +1499,7 @@ class CodeExecution(RewardComponent):
                 list(out.get("events") or []))
 
     def _external(self, code: str, steps: list[tuple[str, str]]) -> tuple[dict[int, bool], str, str]:
-        from grpokit import sandbox
+        from rewards.code import sandbox
 
         limits = sandbox.Limits(timeout=self.timeout, memory_mb=self.memory_mb)
         token = secrets.token_hex(16)
@@ -1588,7 +1588,7 @@ def check_isolation(config, reward_set, columns, source: str) -> None:
     pass_at_k = bool(config.eval_pass_k and config.enable_generation_logging and "tests" in columns)
     if not (local or pass_at_k):
         return
-    from grpokit import sandbox
+    from rewards.code import sandbox
 
     gaps = sandbox.unisolated()
     if gaps and config.allow_unsandboxed_code:
@@ -1614,7 +1614,7 @@ def passes_all(completions: list, rows: list[dict[str, Any]], timeout: float = 1
 
 
 def _io_of(value: Any) -> dict | None:
-    """A row's `io_cases` (data_loader maps them from the datasets' layouts, rewards/code_io.py) as a dict, or None
+    """A row's `io_cases` (data_loader maps them from the datasets' layouts, rewards/code/stdio.py) as a dict, or None
     for a row without (its `tests` are asserts)."""
     if not value:
         return None

@@ -1,6 +1,6 @@
 """Run model-written Python where it sees nothing of the machine: the host side of the code sandbox.
 
-Model-written code is hostile input. Each sandbox is a long-lived *zygote* (grpokit/sandbox_worker.py) started once
+Model-written code is hostile input. Each sandbox is a long-lived *zygote* (rewards/code/sandbox_worker.py) started once
 inside fresh Linux namespaces; every completion runs in a child forked from it, so a completion costs a fork, not an
 interpreter start. What a sandbox gets, where the OS allows it (probed once per process, see `protections()`):
 
@@ -19,7 +19,7 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
   * nothing between jobs: where the kernel lets the zygote make an unprivileged user namespace (`fresh_per_job`), each
     job runs in user, pid, mount, IPC and network namespaces of its own, with its own /proc (its processes only) and a
     tmpfs of its own for its directory, all gone with it: the pid and inode counters, IPC objects and network counters
-    a job moves start afresh for the next one (grpokit/sandbox_worker.py `job_in_namespaces`); the device nodes are
+    a job moves start afresh for the next one (rewards/code/sandbox_worker.py `job_in_namespaces`); the device nodes are
     read-only;
   * a seccomp filter: no nested user or other namespaces, no ptrace or process_vm_*, no keyrings, no mounts, no
     bpf / perf / userfaultfd / io_uring / AIO / inotify / fanotify / syslog, sockets of the unix, IPv4 and IPv6
@@ -36,7 +36,7 @@ Where the OS refuses a layer (a container whose seccomp profile blocks `unshare`
 `describe()` says in one line what holds and what does not, and the rest is kept: without namespaces a job still
 runs as uid 65534 when started as root, under the seccomp filter, rlimits and the env allow-list, but it can reach
 the network and read what that uid can read. A run is then refused unless `allow_unsandboxed_code` (`unisolated()`,
-rewards/code.py `check_isolation`); `require_sandbox` also refuses where a cap is missing (`missing()`).
+rewards/code/reward.py `check_isolation`); `require_sandbox` also refuses where a cap is missing (`missing()`).
 
 Not a VM: the code shares the kernel, and with it host-wide state a job can move and a later one can observe: a
 page of a shared file a job reads stays cached (a later job can time a read of it), and pipe and socket inode
@@ -69,8 +69,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpokit import sandbox_worker
-from grpokit.sandbox_worker import decode, encode, read_frame, write_frame
+from rewards.code import sandbox_worker
+from rewards.code.sandbox_worker import decode, encode, read_frame, write_frame
 
 log = logging.getLogger("grpo")
 
@@ -872,7 +872,7 @@ def run_python(program: str, limits: Limits = Limits(), stdin: bytes = b"", chan
 
 
 class Session:
-    """A completion's code loaded in a sandbox child, answering calls with plain data (rewards/code.py judges)."""
+    """A completion's code loaded in a sandbox child, answering calls with plain data (rewards/code/reward.py judges)."""
 
     def __init__(self, job: Job):
         self.job = job
@@ -919,7 +919,7 @@ def serve(limits: Limits = Limits()):
 _TRUSTED_MAIN = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from grpokit.sandbox import trusted_main
+from rewards.code.sandbox import trusted_main
 trusted_main(sys.argv[2])
 """
 TRUSTED_MEMORY_MB = 4096  # address space (soft rlimit): one huge allocation fails as MemoryError
@@ -1018,7 +1018,7 @@ class _Trusted:
     groups go beside it, under the trainer's), so what the code's answers make the tests build is capped there."""
 
     def __init__(self):
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])  # the checkout: rewards/code/sandbox.py
         protections()  # probed here once, handed to every helper
         with _LOCK:
             probed = json.dumps({"mode": _STATE["mode"], "protections": _STATE["protections"],
@@ -1132,7 +1132,7 @@ class SandboxFusion:
     POST {url}/run_code with {"code", "language": "python", "run_timeout", "memory_limit_MB"}; the answer is
     {"status": "Success" | "Failed" | "SandboxError", "run_result": {"status": "Finished" | "TimeLimitExceeded" |
     "Error", "return_code", "stdout", "stderr", ...}, ...}. The service runs the code; nothing runs here. It has no
-    result channel, so the program prints its results on stdout (see rewards/code.py)."""
+    result channel, so the program prints its results on stdout (see rewards/code/reward.py)."""
 
     url: str
     request_timeout: float = 30.0

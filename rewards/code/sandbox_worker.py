@@ -1,4 +1,4 @@
-"""The program that runs inside the code sandbox (grpokit/sandbox.py starts it as `python -I -S -B -c <this file>`),
+"""The program that runs inside the code sandbox (rewards/code/sandbox.py starts it as `python -I -S -B -c <this file>`),
 and the plain-data codec both sides share. Standard library only (the environment's site-packages, on the
 sandbox's sys.path for the code, are never imported here).
 
@@ -17,7 +17,7 @@ of its namespace, cannot read its memory (non-dumpable) and never holds the cont
 A job is one of:
   * "serve": the child loads the completion's code as module `solution`, then answers requests on stdin with
     replies on the channel: which names the code defines, and calls of its functions with plain-data arguments,
-    replied to with plain data. The verdict is computed by the caller, outside (rewards/code.py): the expected
+    replied to with plain data. The verdict is computed by the caller, outside (rewards/code/reward.py): the expected
     values never enter the sandbox.
   * "run": the child runs a program as `__main__` (one-shot use, and tests that cannot be split into calls).
 
@@ -679,7 +679,7 @@ def install_monitor(report_fd):
     once, at most 64) as the events happen, so a process that ends itself (os._exit, a signal) has already told.
     Installed before the code loads; a hook cannot be removed. What it reports is what the code *did*; what it does
     not report proves nothing (code that raises no event, or that reaches this hook's state through `gc`, which is
-    reported first), so the host also reads the code (rewards/code_monitor.py)."""
+    reported first), so the host also reads the code (rewards/code/monitor.py)."""
     import builtins
 
     os.set_blocking(report_fd, False)
