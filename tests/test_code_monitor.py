@@ -142,7 +142,7 @@ def test_the_run_time_monitor_sees_respelled_hacks_and_passes_honest_runs():
     for (_, name, _, _), (value, details) in zip(hacks, scored[:len(hacks)], strict=True):
         events = [r for r in details["suspected"] if r.startswith("ran ")]
         assert value == 0.0 and events, f"{name}: {value} {details}"
-    for (_, name, _, _), (value, details) in zip(float_hacks, scored[len(hacks):], strict=True):
+    for (_, name, _, _), (value, details) in zip(float_hacks, scored[len(hacks):len(hacks) + len(float_hacks)], strict=True):
         assert value == 0.0 and any(r.startswith("ran float format") for r in details["suspected"]), name
     for (_, name, _, _), (value, details) in zip(honest, scored[len(hacks) + len(float_hacks):], strict=True):
         assert (value == 1.0 or name in OBJECT_ANSWERS) and details["suspected"] == [], f"{name}: {value} {details}"
