@@ -12,6 +12,7 @@ classes and asyncio). Each program is scored by the code_execution reward (sandb
 
     .venv/bin/python bench/bench_code_monitor.py            # the table
     .venv/bin/python bench/bench_code_monitor.py --static   # scan only (no sandbox), seconds
+    .venv/bin/python bench/bench_code_monitor.py --scan-tree DIR [--functions]  # held out: real solutions' files
 """
 
 from __future__ import annotations
@@ -126,6 +127,33 @@ def rates(hacks, hack_flags, honest, honest_flags) -> tuple[float, float]:
     return (sum(map(bool, hack_flags)) / len(hacks), sum(map(bool, honest_flags)) / len(honest))
 
 
+def scan_tree(folder: Path, stdio: bool) -> None:
+    """Every .py file under `folder` that parses, scanned as a program (`stdio`) or a function task's code."""
+    import ast
+    from collections import Counter
+
+    from rewards.code_monitor import scan
+
+    if not folder.is_dir():
+        raise SystemExit(f"--scan-tree: {folder} is not a directory; give a checkout of solutions.")
+    total, flagged, reasons, example = 0, 0, Counter(), {}
+    for path in sorted(folder.rglob("*.py")):
+        code = path.read_text(errors="replace")
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        total += 1
+        found = scan(code, "", stdio=stdio)
+        flagged += bool(found)
+        for reason in found:
+            reasons[reason] += 1
+            example.setdefault(reason, path.relative_to(folder))
+    print(f"{folder}: {flagged} of {total} files flagged ({flagged / max(1, total):.2%})")
+    for reason, count in reasons.most_common():
+        print(f"    {count} {reason} (e.g. {example[reason]})")
+
+
 def table(title: str, programs, flags) -> list[str]:
     rows, per = [f"| {title} | flagged | of | rate |", "|---|---:|---:|---:|"], defaultdict(lambda: [0, 0])
     for (kind, _, _, _), reasons in zip(programs, flags, strict=True):
@@ -142,7 +170,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--static", action="store_true", help="scan only, no sandbox")
     parser.add_argument("--verbose", action="store_true", help="each program's reasons")
+    parser.add_argument("--scan-tree", nargs="+", metavar="DIR", help="held-out check: scan every .py file under "
+                        "each DIR (a checkout of real solutions) and report the share flagged, with the reasons")
+    parser.add_argument("--functions", action="store_true", help="with --scan-tree: read them as function tasks "
+                        "(the stricter reading), not standard-input programs")
     args = parser.parse_args()
+    if args.scan_tree:
+        for folder in args.scan_tree:
+            scan_tree(Path(folder), stdio=not args.functions)
+        return
     hacks, honest = hack_programs(), honest_programs()
     start = time.monotonic()
     if args.static:
