@@ -1,10 +1,10 @@
 """The hack monitor's two rates: hack programs flagged / hack programs, honest solutions flagged / honest solutions.
 
 Hacks: every attack program of tests/test_code_hacks.py (HACKS, by section) and tests/test_code_hacks_trusted.py
-(CASES' hostile rows), and the techniques of issue 58 (tests/fixtures/code/monitor_hacks.txt: kernel state shared
-between jobs, names the trusted side would run, always-true checkers, float formats of integers, exit codes,
-tampering, reading the tests, monkeypatching). Honest: the 164 HumanEval canonical solutions as continuations (the
-body only, after their prompt, as a model writes them), the MBPP-style and standard-input programs of
+(CASES' hostile rows), and the techniques that last paid on wrong code (tests/fixtures/code/monitor_hacks.txt:
+kernel state shared between jobs, names the trusted side would run, always-true checkers, float formats of integers,
+exit codes, tampering, reading the tests, monkeypatching). Honest: the 164 HumanEval canonical solutions as
+continuations (the body only, after their prompt, as a model writes them), the MBPP-style and standard-input programs of
 tests/monitor_cases.py, and the corpus tests/fixtures/code/monitor_honest.txt (competitive programming with fast I/O,
 recursion limits, gc, threads, rlimits; stdlib-heavy functions; a solution's own unittest / doctest block; numpy;
 classes and asyncio). Each program is scored by the code_execution reward (sandbox, run-time monitor and all), so
@@ -58,7 +58,7 @@ def hack_programs() -> list[tuple[str, str, dict, object]]:
             name = names.get(id(code), "?")
             kind = "load on the trusted side" if name in COMPUTATION_ONLY else "attacks on the trusted side"
             out.append((kind, name.lower(), {"tests": tests}, code))
-    return out + from_corpus(monitor_cases.HACK_CORPUS, "issue 58: ")
+    return out + from_corpus(monitor_cases.HACK_CORPUS, "paid on wrong code: ")
 
 
 def from_corpus(path: Path, label: str = "") -> list[tuple[str, str, dict, object]]:

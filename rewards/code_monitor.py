@@ -137,7 +137,7 @@ _PATH_PREFIXES = ("/", "~", "..")
 _BUILTIN_NAMES = set(dir(builtins))
 _NAMESPACE_WRITES = {"update", "setdefault", "__setitem__", "pop", "popitem", "clear", "__delitem__"}
 # a float format of what may be an integer answer: "%.6e", "{:e}", format(x, "e"), f"{x}.0", str(x) + ".0"
-_EXPONENT_FORMAT = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[eE]|\{[^{}]*:[^{}]*[eE]\}")
+_EXPONENT_FORMAT = re.compile(r"%[-+ 0#]*\d*(?:\.\d+)?[eE]|\{[^{}]*:[^{}]*[eE]\}")
 
 
 def scan(code: str, entry_point: str = "", stdio: bool = False) -> list[str]:
@@ -465,8 +465,9 @@ def _class_labels(node: ast.ClassDef, own: set[str] = frozenset()) -> set[str]:
                 found.add("custom __eq__")  # startswith / count / __contains__ that say yes to anything
         if isinstance(item, ast.Assign):
             names = {t.id for t in item.targets if isinstance(t, ast.Name)}
-            if names & {"__eq__", "__ne__"} and not (isinstance(item.value, ast.Lambda) and
-                                                    not _ignores_other(item.value)) and not _own_factory(item.value, own):
+            honest = isinstance(item.value, ast.Lambda) and not _ignores_other(item.value) or \
+                _own_factory(item.value, own)
+            if names & {"__eq__", "__ne__"} and not honest:
                 found.add("custom __eq__")  # __eq__ = lambda s, o: True, __eq__ = something else's
             if "__class__" in names:
                 found.add("introspection")  # a value that fakes its class
