@@ -110,6 +110,9 @@ _ANY_OWNER = {
     "get_native_id": "process counters", "native_id": "process counters", "get_objects": "gc",
     "get_referrers": "gc", "get_referents": "gc",
 }
+# a string that is one of these names is an attribute looked up where a reader does not see it (attrgetter, a table)
+_HIDDEN_NAMES = (set(_ANY_OWNER) - {"__builtins__"}) | {"_exit", "getpid", "getppid", "preadv", "pread",
+                                                         "addaudithook", "__import__", "__getattribute__"}
 _RISKY_ATTRIBUTES = {"asyncio": {"create_subprocess_exec": "subprocess", "create_subprocess_shell": "subprocess",
                                  "open_connection": "network", "start_server": "network",
                                  "open_unix_connection": "network", "start_unix_server": "network"},
@@ -247,6 +250,8 @@ def scan(code: str, entry_point: str = "", stdio: bool = False) -> list[str]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if node.value.startswith(_WATCHED_PATHS):
                 found.add("reads files outside its dir")
+            if node.value in _HIDDEN_NAMES:
+                found.add("names by string")  # attrgetter("_getframe"), "posix_fadvise" looked up somewhere
         elif isinstance(node, ast.JoinedStr):
             if _float_dressed(node):
                 found.add("float format of an integer")
@@ -344,7 +349,7 @@ def _module_attribute_label(owner: str, attr: str) -> str | None:
     """What reaching `owner.attr` means, for a module `owner` (dotted): None where honest solutions do it."""
     top = owner.split(".")[0]
     if owner in _ALLOWED_ATTRIBUTES:
-        if attr in _ALLOWED_ATTRIBUTES[owner] or attr.startswith("__") and attr.endswith("__") and attr != "__dict__":
+        if attr in _ALLOWED_ATTRIBUTES[owner] or attr in ("__name__", "__doc__", "__version__"):
             return None
         return _CATEGORIES.get(attr) or f"{owner}.{attr}"
     if top in _RISKY_ATTRIBUTES and attr in _RISKY_ATTRIBUTES[top]:

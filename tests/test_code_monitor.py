@@ -131,6 +131,13 @@ def test_respellings_are_caught_by_the_spelling_or_the_run_time_events():
     assert "frames" in scan("import sys\nf = vars(sys)['_getframe']")
     assert scan("class P:\n    def __eq__(self, other):\n        return self.x == other.x") == []
     assert scan("class P:\n    def startswith(self, *a):\n        return True") == ["custom __eq__"]
+    # names a reader does not see on the module: a getter, a star import, the module's namespace, a string of code
+    assert scan("import operator, sys\nf = operator.attrgetter('_getframe')(sys)") == ["names by string"]
+    assert scan("from os import *\nposix_fadvise(3, 0, 0, 4)") == ["every name of os"]
+    assert scan("import os\nx = vars(os).get('getpid')") == ["introspection", "names by string"]
+    assert "exit" in scan("eval(\"__import__('os')._exit(0)\")")
+    assert "page cache" in scan("import os\nfd = os.open('f', os.O_RDONLY)\nos.posix_fadvise(fd, 0, 0, 4)")
+    assert scan("import os\ndef f(p):\n    return os.stat(p).st_ino") == ["inode numbers", "os.stat"]
 
 
 @pytest.mark.guards("the run-time monitor reports what the code did in the sandbox, and honest runs stay clean")
