@@ -15,7 +15,8 @@ the attributes they use (`_ALLOWED_ATTRIBUTES`: `os.read` / `os.write(1, ...)` /
 Anything else is flagged by what it reaches for. Idioms of real solutions are not flagged: fast I/O, recursion
 limits, a thread with a big stack, `sys.exit(main())` in a program, a solution's own `unittest` / `doctest` block
 under a main guard, `getattr(operator, name)`, `vars(obj)`, `from re import compile`, `asyncio.run`, numpy.
-Measured on 307 honest programs and the hack corpora (bench/bench_code_monitor.py, BENCHMARKS.md).
+Measured on 334 honest programs, 111 hack programs and, held out, 7,957 files of real solutions
+(bench/bench_code_monitor.py, BENCHMARKS.md).
 """
 
 from __future__ import annotations
