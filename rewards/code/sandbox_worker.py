@@ -662,16 +662,33 @@ _PREFIXES = {"ctypes.": "ctypes", "socket.": "network", "_posixsubprocess.": "su
 _PATH_EVENTS = {"open", "os.listdir", "os.scandir", "os.chdir", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
                 "os.chmod", "os.chown", "os.truncate", "os.link", "os.symlink", "os.utime", "glob.glob",
                 "shutil.rmtree", "shutil.copyfile", "shutil.move", "os.walk", "os.fwalk"}
-_WATCHED_IMPORTS = {"ctypes": "ctypes", "_ctypes": "ctypes", "inspect": "frames", "gc": "gc", "subprocess":
-                    "subprocess", "_posixsubprocess": "subprocess", "atexit": "exit hook", "pty": "subprocess",
+# imports by the code itself (a module or a package above it); `gc` is not one (gc.disable() is a contest idiom: its
+# reaching calls are events of their own), nor is `urllib.parse`
+_WATCHED_IMPORTS = {"ctypes": "ctypes", "_ctypes": "ctypes", "inspect": "frames", "subprocess": "subprocess",
+                    "_posixsubprocess": "subprocess", "atexit": "exit hook", "pty": "subprocess",
                     "faulthandler": "faulthandler", "mmap": "raw memory", "tracemalloc": "tracing",
                     "_testcapi": "raw memory", "_xxsubinterpreters": "interpreter", "trace": "tracing",
-                    "importlib": "import machinery", "urllib": "network", "http": "network", "ssl": "network",
-                    "_socket": "network", "socket": "network", "signal": "signals", "multiprocessing": "processes"}
+                    "importlib": "import machinery", "urllib.request": "network", "http.client": "network",
+                    "http.server": "network", "ssl": "network", "_socket": "network", "socket": "network",
+                    "signal": "signals", "multiprocessing": "processes", "unittest.mock": "mock objects"}
 _FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code", "gi_code", "cr_code", "ag_code",
                 "__code__", "__globals__", "f_back", "f_locals", "f_globals", "f_builtins"}
 _QUIET_ORIGINS = ("<frozen ", "linecache.py", "tokenize.py", "traceback.py", "zipimport.py")  # imports, tracebacks
 _DEVICES = ("/dev/null", "/dev/urandom", "/dev/random", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/zero")
+
+
+def _honest_library_event(event, args, frame):
+    """Events of the always-watched kinds that honest library code raises on its own: asyncio's self-pipe (a Unix
+    socket pair inside the process), `types.coroutine` rebuilding a code object's flags, doctest restoring the trace
+    function it saved."""
+    where = frame.f_code.co_filename.rsplit("/", 1)[-1] if frame is not None else ""
+    if event == "socket.__new__":
+        return len(args) > 1 and args[1] == 1  # AF_UNIX: connect / bind are events of their own
+    if event == "code.__new__":
+        return where == "types.py"
+    if event == "sys.settrace":
+        return where == "doctest.py"
+    return False
 
 
 def install_monitor(report_fd):
@@ -720,11 +737,13 @@ def install_monitor(report_fd):
 
     def classify(event, args, frame):
         label = _ALWAYS.get(event) or next((v for k, v in _PREFIXES.items() if event.startswith(k)), None)
-        if label:
+        if label and not _honest_library_event(event, args, frame):
             return label, ""
         if event == "import":  # attributed to the first frame outside the import machinery
-            top = str_(args[0]).split(".")[0] if args else ""
-            return (_WATCHED_IMPORTS[top], str_(args[0])) if top in _WATCHED_IMPORTS and origin(frame) is True else None
+            parts = str_(args[0]).split(".") if args else []
+            top = next((p for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if p in _WATCHED_IMPORTS),
+                       "")
+            return (_WATCHED_IMPORTS[top], str_(args[0])) if top and origin(frame) is True else None
         inner = frame.f_code.co_filename if frame is not None else ""
         if inner.startswith("<frozen ") or inner.endswith(_QUIET_ORIGINS):
             return None  # the import machinery loading a module, a traceback being printed
@@ -783,7 +802,8 @@ def install_monitor(report_fd):
         """Builtins the code rebound (the tests look names up there): checked after it loads, after each request
         and at the end."""
         now = vars(builtins)
-        names = sorted(k for k in set(now) | set(baseline) if now.get(k, hook) is not baseline.get(k, hook))
+        names = sorted(k for k in set(now) | set(baseline) if now.get(k, hook) is not baseline.get(k, hook) and
+                       k != "_")  # `_`: the last value an interactive-style display (doctest's examples) showed
         if names:
             report("rebinding", "builtins." + ", ".join(names)[:100])
         now = vars(worker) if worker is not None else {}
