@@ -548,9 +548,9 @@ def test_host_wide_resources_and_foreign_socket_families_are_denied():
     covers (AF_VSOCK reaches the hypervisor) are refused; unix, IPv4 / IPv6 sockets, asyncio and fork still work."""
     import platform
 
-    from grpokit.sandbox_worker import _ARCHES
+    from grpokit.sandbox_worker import syscall_numbers
 
-    numbers = _ARCHES[platform.machine()][2]
+    numbers = syscall_numbers(platform.machine())
     calls = {name: numbers[name] for name in ("io_setup", "io_submit", "io_getevents", "inotify_init1",
                                               "fanotify_init", "syslog", "memfd_secret", "pidfd_getfd")}
     program = f"""
