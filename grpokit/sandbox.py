@@ -380,6 +380,7 @@ class Sandbox:
         self.cgroups = _Cgroups(limits) if os.geteuid() == 0 else None
         self.mountpoint = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-") if mode in ("root", "user") else ""
         self.hostroot = ""  # mode "none": the jobs' directories on the host
+        self.fifodir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")  # where each job's FIFOs are made
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.control = ours
         mounts = ":".join(f"{host}={inside}" for host, inside in _mounts())
@@ -421,6 +422,7 @@ class Sandbox:
             raise SandboxError(f"the sandbox did not start ({mode}): {err or 'no answer'}")
         self.uid = ready["uid"]
         self.seccomp = ready["seccomp"]  # "" when the filter is on, else why not
+        self.namespaces = ready.get("ns") or {}  # the zygote's IPC and pid namespaces (inode numbers)
         self.shared = str(ready.get("shared", "no answer"))  # "" where each job gets namespaces of its own, else why
         if self.shared and mode != "none" and _STATE.get("protections", {}).get("fresh_per_job"):
             # this machine gave each job its own namespaces when probed: a sandbox that cannot is a failure, not a
@@ -466,7 +468,7 @@ class Sandbox:
         self.control.close()
         if self.cgroups:
             self.cgroups.remove()
-        for path in (self.mountpoint, self.hostroot):
+        for path in (self.mountpoint, self.hostroot, getattr(self, "fifodir", "")):
             if path:
                 _remove_host_tree(path)
 
@@ -496,7 +498,10 @@ class Job:
         self.sandbox, self.limits = sandbox, sandbox.limits
         self.start = time.monotonic()
         self.deadline = self.start + timeout + 2.0  # the zygote kills at `timeout`; this is the host's backstop
-        pipes = [os.pipe() for _ in range(4)]
+        # FIFOs, not pipes: a pipe's inode number, which the job reads with fstat, counts the pipes the host made
+        # before it (an earlier job's among them); a FIFO's is this host directory's file system's, which no job
+        # writes (sandbox_worker.REFUSED)
+        pipes = [sandbox_worker.fifo(sandbox.fifodir) for _ in range(4)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
         self.stdin, self.stdout, self.stderr, self.channel = pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]
         capped = set(sandbox.cgroups.kinds) if sandbox.cgroups else set()
@@ -696,10 +701,10 @@ try:
 except OSError:  # not there, or closed to this uid
     out["home"] = []
 out["uid"] = os.getuid()
-out["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
-out["ipc"] = os.stat("/proc/self/ns/ipc").st_ino
-out["pidns"] = os.stat("/proc/self/ns/pid").st_ino
 libc = ctypes.CDLL(None, use_errno=True)
+header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # capget: _LINUX_CAPABILITY_VERSION_3, this process
+caps = (ctypes.c_uint32 * 6)()
+out["caps"] = hex(caps[0] | caps[3] << 32) if libc.capget(header, caps) == 0 else "unknown"
 out["nested_userns"] = libc.unshare(0x10000000) == 0
 st = os.statvfs(".")
 out["disk_mb"] = st.f_blocks * st.f_frsize >> 20
@@ -730,6 +735,7 @@ def _probe(mode: str) -> dict | None:
         seen["read_only"] = seen["read_only"] and not os.path.exists(os.path.join(outside, "written"))
         seen["seccomp"] = box.seccomp
         seen["shared"] = box.shared
+        seen["ipc"], seen["pidns"] = box.namespaces.get("ipc"), box.namespaces.get("pid")
         seen["cgroups"] = list(box.cgroups.kinds) if box.cgroups else []
         seen["host_ipc"] = os.stat("/proc/self/ns/ipc").st_ino
         seen["host_pidns"] = os.stat("/proc/self/ns/pid").st_ino
@@ -790,7 +796,7 @@ def protections() -> dict[str, bool | str]:
             private_files=not seen["host_paths"] and not seen["home"], read_only_fs=seen["read_only"],
             network_isolated=seen["network"] and mode != "none", pid_namespace=seen["pidns"] != seen["host_pidns"],
             ipc_namespace=seen["ipc"] != seen["host_ipc"], no_nested_namespaces=not seen["nested_userns"],
-            capabilities_dropped=int(seen["caps"], 16) == 0,
+            capabilities_dropped=seen["caps"] == "0x0",
             memory_cap=any(k in seen["cgroups"] for k in ("memory", "v2")),
             cpu_cap="cpu" in seen["cgroups"] or "v2" in seen["cgroups"],
             process_limit=bool({"pids", "v2"} & set(seen["cgroups"])) or os.geteuid() != 0,

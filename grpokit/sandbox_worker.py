@@ -251,13 +251,12 @@ ALLOWED = (
     "timer_delete", "sched_yield", "sched_getaffinity", "sched_getparam", "sched_getscheduler",
     "sched_get_priority_max", "sched_get_priority_min", "getpriority", "prlimit64", "getrlimit", "setrlimit",
     "getrusage", "times", "uname", "arch_prctl", "getcpu", "restart_syscall",
+    "capget",
     # time, randomness
     "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time", "getrandom",
-    # pipes, polling, sockets (socket / socketpair: CHECKED; the job's network namespace reaches nothing)
-    "pipe", "pipe2", "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
-    "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2", "bind", "listen", "accept", "accept4", "connect",
-    "getsockname", "getpeername", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg", "shutdown",
-    "setsockopt", "getsockopt",
+    # polling (of the job's own descriptors: no new pipes or sockets, see REFUSED)
+    "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait",
+    "epoll_pwait2", "eventfd", "eventfd2",
 )
 # Refused with EPERM: nested namespaces, ptrace and another process's memory, keyrings, mounts, bpf / perf /
 # userfaultfd / io_uring; what holds a host-wide resource for the job's life or reads the host (Linux AIO takes from
@@ -265,7 +264,14 @@ ALLOWED = (
 # "nobody", syslog reads the kernel log); pidfds (on Linux >= 6.9 a pidfd's inode number is a host-wide count of the
 # processes ever made: a job forking k times moved the next job's by k) and file handles (mount ids); ownership and
 # extended attributes (EPERM, as an unprivileged user gets for them: shutil.copy2 goes on without them).
+# New pipes and sockets, and what would read their inode numbers: pipefs and sockfs number their inodes from one
+# host-wide counter (get_next_ino, shared with /proc's per-process entries and memfds), so a job that made k pipes
+# moved by k the inode number of the next pipe anyone made, and the next job read its own pipe's number back with
+# fstat: 8 bits a job, exactly, on this machine. A job makes none (socket, socketpair, pipe, pipe2: EPERM; memfd and
+# SysV shared memory are not in the list), its own descriptors are FIFOs on file systems no job writes (a FIFO's
+# inode is its file system's: the host's, the zygote's), and its /proc is an empty read-only tmpfs.
 REFUSED = (
+    "pipe", "pipe2", "socket", "socketpair",
     "unshare", "setns", "ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key", "request_key", "bpf",
     "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "mount", "umount2",
     "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
@@ -289,11 +295,6 @@ CLONE_PIDFD = 0x1000
 IGNORED = ("fadvise64", "readahead")  # succeed, do nothing
 MADV_IGNORED = (20, 21)  # MADV_COLD, MADV_PAGEOUT: reclaim advice, ignored (MADV_DONTNEED is malloc's, allowed)
 RWF_ALLOWED = 0x37  # RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_APPEND | RWF_NOAPPEND
-# The socket families a job may open: unix (socketpair, asyncio, multiprocessing), and IPv4 / IPv6, which reach
-# nothing in the sandbox's network namespace (its loopback is down). Every other family (AF_VSOCK: the hypervisor,
-# outside any network namespace; netlink: kernel events; AF_ALG, AF_PACKET, bluetooth, ...) is refused with
-# EAFNOSUPPORT, as on a kernel built without it.
-SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 # prctl options a program (or its libc) uses on itself; any other fails with EINVAL, as an unknown option does:
 # PDEATHSIG, DUMPABLE, NAME (set / get), GET_SECCOMP, SET_SECCOMP (a stricter filter of its own), CAPBSET_READ,
 # NO_NEW_PRIVS (set / get), PR_SET_VMA (glibc names its mappings)
@@ -302,8 +303,8 @@ PRCTL_OPTIONS = (1, 2, 3, 4, 15, 16, 21, 22, 23, 38, 39, 0x53564D41)
 # FIONREAD); any other fails with ENOTTY, as on a file that has no such request
 IOCTLS = (0x5401, 0x540F, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451)  # TCGETS, TIOCGPGRP, TIOCGWINSZ, FIONREAD,
 # FIONBIO, FIONCLEX, FIOCLEX
-CHECKED = ("clone", "madvise", "socket", "socketpair", "prctl", "ioctl", "preadv2", "pwritev2") + IGNORED
-EPERM, ENOTTY, EINVAL, EAFNOSUPPORT, EOPNOTSUPP, ENOSYS = 1, 25, 22, 97, 95, 38
+CHECKED = ("clone", "madvise", "prctl", "ioctl", "preadv2", "pwritev2") + IGNORED
+EPERM, ENOTTY, EINVAL, EOPNOTSUPP, ENOSYS = 1, 25, 22, 95, 38
 
 
 def syscall_numbers(machine):
@@ -334,8 +335,6 @@ def seccomp_program(machine):
     checks = {
         "clone": [arg(0), (jset, 0, 1, _NS_FLAGS | CLONE_PIDFD), fail(EPERM), (ret, 0, 0, allow)],  # the flags
         "madvise": one_of(2, MADV_IGNORED, fail(0), (ret, 0, 0, allow)),  # the advice; 0: "done"
-        "socket": one_of(0, SOCKET_FAMILIES, (ret, 0, 0, allow), fail(EAFNOSUPPORT)),  # the family
-        "socketpair": one_of(0, SOCKET_FAMILIES, (ret, 0, 0, allow), fail(EAFNOSUPPORT)),
         "prctl": one_of(0, PRCTL_OPTIONS, (ret, 0, 0, allow), fail(EINVAL)),  # the option
         "ioctl": one_of(1, IOCTLS, (ret, 0, 0, allow), fail(ENOTTY)),  # the request
         "preadv2": [arg(5), (jset, 0, 1, ~RWF_ALLOWED & 0xFFFFFFFF), fail(EOPNOTSUPP), (ret, 0, 0, allow)],
@@ -463,7 +462,9 @@ def _job_mounts(libc, workdir, tmp_mb):
     _check(libc.mount(None, b"/tmp", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None), "read-only /tmp")
     _check(libc.mount(b"sandbox-job-tmp", workdir.encode(), b"tmpfs", flags, f"size={tmp_mb}m,mode=700".encode()),
            "tmpfs")
-    _check(libc.mount(b"proc", b"/proc", b"proc", flags | _MS_NOEXEC, b"subset=pid"), "proc")
+    # no /proc: its per-process entries take their inode numbers from the host-wide counter pipes use (see REFUSED)
+    _check(libc.mount(b"sandbox-no-proc", b"/proc", b"tmpfs", flags | _MS_NOEXEC | _MS_RDONLY, b"size=4k,mode=555"),
+           "/proc")
     job = os.path.join(workdir, "job")
     os.mkdir(job, 0o700)
     return job
@@ -588,6 +589,22 @@ def probe_job_namespaces(workdir, tmp_mb, seccomp):
 # ---------------------------------------------------------------------------------------------------------------
 # The zygote and its children
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def fifo(directory):
+    """A pipe's two ends as a FIFO made (and unlinked at once) in `directory`: unlike a pipe, whose inode number comes
+    from a host-wide counter that jobs' pipes and /proc entries move, a FIFO's is its file system's (see REFUSED)."""
+    import secrets
+
+    path = os.path.join(directory, ".fifo-" + secrets.token_hex(8))
+    os.mkfifo(path, 0o600)
+    try:
+        read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        write = os.open(path, os.O_WRONLY)
+    finally:
+        os.unlink(path)
+    os.set_blocking(read, True)
+    return read, write
 
 
 def remove_tree(path):
@@ -915,6 +932,63 @@ class _Quitter:
         raise SystemExit(code)
 
 
+class _SelfPipeEnd:
+    """One end of asyncio's self-pipe (the loop's wake-up), over an eventfd the two ends share: a job makes no
+    sockets (REFUSED), and an eventfd's inode is the one every eventfd shares."""
+
+    def __init__(self, shared):
+        self.shared = shared
+
+    def fileno(self):
+        return self.shared[0]
+
+    def setblocking(self, flag):
+        os.set_blocking(self.shared[0], flag)
+
+    def send(self, data):
+        os.eventfd_write(self.shared[0], 1)
+        return len(data)
+
+    def recv(self, size):
+        os.eventfd_read(self.shared[0])  # BlockingIOError when nothing was sent: what asyncio expects
+        return b"\0"
+
+    def close(self):
+        if self.shared[0] >= 0:
+            os.close(self.shared[0])
+            self.shared[0] = -1
+
+
+def _make_self_pipe(loop):
+    shared = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)]
+    loop._ssock, loop._csock = _SelfPipeEnd(shared), _SelfPipeEnd(shared)
+    loop._internal_fds += 1
+    loop._add_reader(shared[0], loop._read_from_self)
+
+
+class _SelfPipeFinder:
+    """Gives asyncio's selector event loop the self-pipe above once asyncio.selector_events loads (it would make a
+    socketpair), so honest programs that run `asyncio.run` keep working."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "asyncio.selector_events":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is not None and hasattr(loader, "exec_module"):
+            run = loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                module.BaseSelectorEventLoop._make_self_pipe = _make_self_pipe
+
+            loader.exec_module = exec_module
+        return spec
+
+
 def _join_threads():
     """Wait for the program's threads as an interpreter does at its exit (the common idiom runs `main` in a
     `threading.Thread` with a bigger stack, and returns at once): its output is read after they end, or at the job's
@@ -955,6 +1029,8 @@ def _child(header, fds, workdir, report_fd=-1):
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
     sys.argv = ["main.py"]
+    if hasattr(os, "eventfd"):
+        sys.meta_path.insert(0, _SelfPipeFinder())
     import builtins
 
     builtins.exit, builtins.quit = _Quitter("exit"), _Quitter("quit")  # before the monitor's baseline of builtins
@@ -1223,7 +1299,8 @@ def zygote(control_fd, workdir, pidns):
         shared = probe_job_namespaces(workdir, tmp_mb, seccomp) if seccomp[0] is not None else seccomp[1]
     why = seccomp[1] if not shared else _trial_seccomp(seccomp)
     control = socket.socket(fileno=control_fd)
-    write_frame(control_fd, {"ready": True, "uid": os.getuid(), "seccomp": why, "shared": shared})
+    namespaces = {kind: os.stat(f"/proc/self/ns/{kind}").st_ino for kind in ("ipc", "pid")}  # for protections()
+    write_frame(control_fd, {"ready": True, "uid": os.getuid(), "seccomp": why, "shared": shared, "ns": namespaces})
     while True:
         try:  # a frame: 4 bytes of length (the job's pipes ride on them), then the JSON header
             head, fds, _, _ = socket.recv_fds(control, 4, 4)
@@ -1240,7 +1317,7 @@ def zygote(control_fd, workdir, pidns):
             jobdir = "" if not shared else _fresh(workdir)  # a new directory for the job, nothing of the one before
         except OSError:
             return
-        report_r, report_w = os.pipe()  # the run-time monitor's events (install_monitor), read after the job
+        report_r, report_w = fifo(workdir)  # the run-time monitor's events (install_monitor), read after the job
         status_r, status_w = os.pipe()  # the job's wait status, from pid 1 of its namespaces
         pid = os.fork()
         if pid == 0:
