@@ -17,15 +17,18 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
     code can send it, and a daemon the code leaves behind is killed after its job), IPC (no host SysV shared memory
     or queues), UTS and cgroup;
   * nothing between jobs: where the kernel lets the zygote make an unprivileged user namespace (`fresh_per_job`), each
-    job runs in user, pid, mount, IPC and network namespaces of its own, with its own /proc (its processes only) and a
-    tmpfs of its own for its directory, all gone with it: the pid and inode counters, IPC objects and network counters
-    a job moves start afresh for the next one (grpokit/sandbox_worker.py `job_in_namespaces`); the device nodes are
-    read-only;
-  * a seccomp filter: no nested user or other namespaces, no ptrace or process_vm_*, no keyrings, no mounts, no
-    bpf / perf / userfaultfd / io_uring / AIO / inotify / fanotify / syslog, sockets of the unix, IPv4 and IPv6
-    families only (no AF_VSOCK); the page cache of the shared files can be neither probed nor evicted (fadvise,
-    readahead and madvise COLD / PAGEOUT are ignored; mincore, cachestat, preadv2 / pwritev2 and sysinfo are
-    absent); the zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
+    job runs in user, pid, mount, IPC and network namespaces of its own, with an empty read-only /proc and a tmpfs
+    of its own for its directory, all gone with it: the pid and inode counters, IPC objects and network counters a
+    job moves start afresh for the next one (grpokit/sandbox_worker.py `job_in_namespaces`); its stdin, stdout,
+    stderr and channel are FIFOs made in a host directory (`fifodir`), whose inode numbers no job moves (a pipe's
+    come from the host-wide counter that jobs' pipes and /proc entries moved); the device nodes are read-only;
+  * a seccomp allow-list on the job's process (sandbox_worker.ALLOWED: the calls honest Python programs make, found
+    by tracing them, bench/bench_sandbox_corpus.py); anything else fails with ENOSYS, and what is refused on purpose
+    with EPERM: nested namespaces, ptrace and process_vm_*, keyrings, mounts, bpf / perf / userfaultfd / io_uring /
+    AIO / inotify / fanotify / syslog, pidfds, new pipes and sockets (their inode numbers count the host's); the
+    page cache of the shared files can be neither probed nor evicted (fadvise, readahead and madvise COLD / PAGEOUT
+    are ignored; preadv2 RWF_NOWAIT / RWF_DONTCACHE refused; mincore, cachestat and sysinfo outside the list); the
+    zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
   * cgroups (v1 memory/cpu/pids, or v2 where this process may create child groups): `memory_mb` for the whole
     sandbox (the tmpfs included), one CPU, `processes` tasks; plus per-job rlimits (CPU seconds, address space,
     file size, open files, no core files);
@@ -34,13 +37,12 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
 
 Where the OS refuses a layer (a container whose seccomp profile blocks `unshare`, cgroup v2 without delegation),
 `describe()` says in one line what holds and what does not, and the rest is kept: without namespaces a job still
-runs as uid 65534 when started as root, under the seccomp filter, rlimits and the env allow-list, but it can reach
-the network and read what that uid can read. A run is then refused unless `allow_unsandboxed_code` (`unisolated()`,
+runs as uid 65534 when started as root, under the seccomp filter (no sockets: no network), rlimits and the env
+allow-list, but it reads what that uid can read. A run is then refused unless `allow_unsandboxed_code` (`unisolated()`,
 rewards/code.py `check_isolation`); `require_sandbox` also refuses where a cap is missing (`missing()`).
 
 Not a VM: the code shares the kernel, and with it host-wide state a job can move and a later one can observe: a
-page of a shared file a job reads stays cached (a later job can time a read of it), and pipe and socket inode
-numbers come from one host-wide counter (measured: ~4-6 bits from one job to the next on an idle 2-core machine).
+page of a shared file a job reads stays cached (a later job can time a read of it).
 For untrusted code at scale use an external service (`SandboxFusion`).
 """
 

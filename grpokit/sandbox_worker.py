@@ -7,7 +7,7 @@ every catchable signal, marks itself non-dumpable, then waits on its control soc
 and four pipe ends (stdin, stdout, stderr, channel); the zygote forks a child for it, waits for it with the job's
 deadline, then kills every other process of the namespace (a daemon the code left behind) and answers with how the
 child ended. Where the kernel allows it (tried once at start, `probe_job_namespaces`), the child makes the job
-namespaces of its own (`job_in_namespaces`: user, pid, mount, IPC, network, with its own /proc and a tmpfs for its
+namespaces of its own (`job_in_namespaces`: user, pid, mount, IPC, network, with an empty /proc and a tmpfs for its
 directory), so nothing a job sets there is seen by the next; the job's process drops the capabilities that gave and
 installs the seccomp filter, an allow-list of the calls honest programs make (`ALLOWED`; no nested namespaces, no
 ptrace, no keyrings, no new mounts, no host-wide resources, no page-cache probes or eviction, no pidfds, sockets of
@@ -406,8 +406,9 @@ def prepare_seccomp():
 
 # A job's own user, pid, mount, IPC and network namespaces, made by the zygote's child for each job and gone with
 # it. What the kernel keeps per namespace starts fresh for every job, so nothing one job sets there reaches the next:
-# the pid counter (a job forking k times moved the next job's pid by k), its /proc (mounted anew, showing only its
-# own processes: no /proc/stat, loadavg, meminfo or /proc/sys, whose host-wide counters a job moves), a tmpfs for
+# the pid counter (a job forking k times moved the next job's pid by k), its /proc (an empty read-only tmpfs: no
+# /proc/stat, loadavg, meminfo or /proc/sys, whose host-wide counters a job moves, and no per-process entries,
+# numbered by the host-wide counter pipes use, see REFUSED), a tmpfs for
 # its directory (its inode counter: a job creating k files moved the next job's inode numbers by k), SysV IPC, and
 # the network stack's counters (/proc/net/snmp counts the packets a job failed to send). The user namespace is what
 # lets an unprivileged zygote make the others; it maps the zygote's own uid and gid only, and every capability it
@@ -462,7 +463,7 @@ def _enter_job_namespaces(libc):
 
 
 def _job_mounts(libc, workdir, tmp_mb):
-    """In pid 1 of the job's namespaces: its own /proc (its processes only: `subset=pid`) and its own tmpfs on
+    """In pid 1 of the job's namespaces: an empty read-only /proc (nothing of proc) and its own tmpfs on
     `workdir` (the sandbox's size, so inode numbers start afresh; /tmp around it stays the sandbox's, read-only),
     with `workdir`/job in it. Returns the job's directory."""
     flags = _MS_NOSUID | _MS_NODEV
@@ -1014,7 +1015,7 @@ def _child(header, fds, workdir, report_fd=-1):
     import ctypes
     import resource
 
-    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again: its own /proc/self is readable; the zygote stays closed
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again (its own /proc/self, where it has one); the zygote not
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     if report_fd >= 0:  # the run-time monitor's pipe to the zygote: fd 4
