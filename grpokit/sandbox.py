@@ -500,10 +500,10 @@ class Job:
         self.sandbox, self.limits = sandbox, sandbox.limits
         self.start = time.monotonic()
         self.deadline = self.start + timeout + 2.0  # the zygote kills at `timeout`; this is the host's backstop
-        # FIFOs, not pipes: a pipe's inode number, which the job reads with fstat, counts the pipes the host made
-        # before it (an earlier job's among them); a FIFO's is this host directory's file system's, which no job
-        # writes (sandbox_worker.REFUSED)
-        pipes = [sandbox_worker.fifo(sandbox.fifodir) for _ in range(4)]
+        # FIFOs, not pipes, where the sandbox has a root of its own: a pipe's inode number, which the job reads with
+        # fstat, counts the pipes the host made before it (an earlier job's among them); a FIFO's is this host
+        # directory's file system's, which no job writes (sandbox_worker.REFUSED)
+        pipes = [sandbox_worker.fifo(sandbox.fifodir) if sandbox.mountpoint else os.pipe() for _ in range(4)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
         self.stdin, self.stdout, self.stderr, self.channel = pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]
         capped = set(sandbox.cgroups.kinds) if sandbox.cgroups else set()

@@ -1326,7 +1326,9 @@ def zygote(control_fd, workdir, pidns):
             jobdir = "" if not shared else _fresh(workdir)  # a new directory for the job, nothing of the one before
         except OSError:
             return
-        report_r, report_w = fifo(workdir)  # the run-time monitor's events (install_monitor), read after the job
+        # the run-time monitor's events (install_monitor), read after the job: a FIFO where jobs have namespaces of
+        # their own (none writes `workdir` then), else a pipe (a job of this uid could open a FIFO's path there)
+        report_r, report_w = fifo(workdir) if not shared else os.pipe()
         status_r, status_w = os.pipe()  # the job's wait status, from pid 1 of its namespaces
         pid = os.fork()
         if pid == 0:
