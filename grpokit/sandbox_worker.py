@@ -379,8 +379,9 @@ def install_seccomp(prepared=None):
     return ""
 
 
-def prepare_seccomp():
-    """The filter as the kernel takes it (a sock_fprog), and '' ; or None and why there is none for this machine."""
+def prepare_seccomp(program=None):
+    """The filter (`program`, else the sandbox's) as the kernel takes it (a sock_fprog), and '' ; or None and why
+    there is none for this machine."""
     import ctypes
 
     machine = os.uname().machine
@@ -393,7 +394,7 @@ def prepare_seccomp():
     class Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
 
-    program = seccomp_program(machine)
+    program = program or seccomp_program(machine)
     filters = (Filter * len(program))(*[Filter(*row) for row in program])
     prog = Prog(len(program), filters)
     prog.keep = filters  # the array must live as long as the struct that points at it

@@ -252,11 +252,24 @@ def test_sandbox_fusion_unreachable_drops_the_sample():
 # Where the OS refuses namespaces, and the hack monitor
 # -----------------------------------------------------------------------------------------------------------------
 
+# What a container's default seccomp profile does to the sandbox (Docker's refuses unshare): namespaces refused, the
+# rest allowed. The process that installs it (and the sandboxes it starts) then really finds no namespaces.
+CONTAINER_PROFILE = r"""
+from grpokit import sandbox_worker as _w
+def _container_profile():
+    arch, machine = _w._AUDIT[_w.os.uname().machine][0], _w.os.uname().machine
+    n = _w.syscall_numbers(machine)
+    ld, jeq, jset, ret, allow, eperm, enosys = 0x20, 0x15, 0x45, 0x06, 0x7FFF0000, 0x50001, 0x50026
+    return [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow), (ld, 0, 0, 0),
+            (jeq, 0, 1, n["unshare"]), (ret, 0, 0, eperm), (jeq, 0, 1, n["setns"]), (ret, 0, 0, eperm),
+            (jeq, 0, 1, n["clone3"]), (ret, 0, 0, enosys), (jeq, 1, 0, n["clone"]), (ret, 0, 0, allow),
+            (ld, 0, 0, 16), (jset, 0, 1, _w._NS_FLAGS), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+assert _w.install_seccomp(_w.prepare_seccomp(_container_profile())) == ""
+"""
 _NO_NAMESPACES = r"""
 import json, sys
 sys.path.insert(0, {root!r})
-from grpokit.sandbox_worker import install_seccomp
-assert install_seccomp() == ""  # as a container's seccomp profile does: unshare and nested namespaces refused
+""" + CONTAINER_PROFILE.replace("{", "{{").replace("}", "}}") + r"""
 from grpokit import sandbox
 from config.errors import UsageError
 from rewards.code import CodeExecution
@@ -289,13 +302,12 @@ def test_without_namespaces_it_says_what_holds_and_require_sandbox_refuses():
         assert "not root" not in out["missing"]  # dropped to an unprivileged uid even without namespaces
 
 
-# The CLI (or the API) in a process under the sandbox's own seccomp filter, which refuses unshare as Docker's default
-# profile does: the probe then really finds no namespaces (nothing of the check is mocked).
+# The CLI (or the API) in a process under a seccomp filter that refuses unshare as Docker's default profile does
+# (CONTAINER_PROFILE): the probe then really finds no namespaces (nothing of the check is mocked).
 _UNDER_SECCOMP = r"""
 import os, sys
 sys.path.insert(0, os.getcwd())
-from grpokit.sandbox_worker import install_seccomp
-assert install_seccomp() == ""
+""" + CONTAINER_PROFILE + r"""
 if sys.argv[1] == "api":
     from config import build_config
     from config.errors import UsageError
