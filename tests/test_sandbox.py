@@ -767,3 +767,52 @@ def test_a_helper_outlives_no_trainer_killed_at_once(tmp_path):
         time.sleep(0.2)
     alive = psutil.pid_exists(helper) and psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
     assert not alive, "the helper outlived its trainer"
+
+
+def _run_filter(program, arch, number, args=(0,) * 6):
+    """What a classic BPF seccomp filter returns for one call: the few instructions the sandbox's filter uses."""
+    data = {0: number, 4: arch, **{16 + 8 * i: a & 0xFFFFFFFF for i, a in enumerate(args)}}
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == 0x20:  # ld [k]
+            acc, pc = data[k], pc + 1
+        elif code == 0x05:  # ja k
+            pc += 1 + k
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            hit = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if hit else jf)
+        else:
+            assert code == 0x06, code
+            return k
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_every_call_number_gets_the_action_its_list_gives(machine):
+    """The filter's binary search on the call number, emulated for every number up to 1023 on both tables: ALLOWED
+    calls are allowed, REFUSED get EPERM, every other number ENOSYS; a foreign architecture is killed."""
+    from grpokit import sandbox_worker as w
+
+    program = w.seccomp_program(machine)
+    arch = w._AUDIT[machine][0]
+    numbers = w.syscall_numbers(machine)
+    action = {numbers[n]: 0x7FFF0000 for n in w.ALLOWED if n in numbers}
+    action |= {numbers[n]: 0x50001 for n in w.REFUSED if n in numbers}
+    action |= {numbers[n]: 0x50000 for n in w.IGNORED}
+    checked = {numbers[n] for n in w.CHECKED if n not in w.IGNORED}
+    for number in range(1024):
+        if number not in checked:
+            assert _run_filter(program, arch, number) == action.get(number, 0x50026), (machine, number)
+    assert _run_filter(program, arch ^ 1, numbers["read"]) == 0x80000000
+    clone, madvise, ioctl, prctl = numbers["clone"], numbers["madvise"], numbers["ioctl"], numbers["prctl"]
+    assert _run_filter(program, arch, clone, (17,)) == 0x7FFF0000  # fork's SIGCHLD
+    assert _run_filter(program, arch, clone, (0x3D0F00,)) == 0x7FFF0000  # a thread's flags
+    assert _run_filter(program, arch, clone, (0x10000000 | 17,)) == 0x50001  # CLONE_NEWUSER
+    assert _run_filter(program, arch, clone, (0x1000 | 17,)) == 0x50001  # CLONE_PIDFD
+    assert [_run_filter(program, arch, madvise, (0, 0, advice)) for advice in (4, 20, 21)] == [0x7FFF0000, 0x50000,
+                                                                                              0x50000]
+    assert [_run_filter(program, arch, ioctl, (0, request)) for request in (0x5401, 0x5412)] == [0x7FFF0000, 0x50019]
+    assert [_run_filter(program, arch, prctl, (option,)) for option in (15, 36)] == [0x7FFF0000, 0x50016]
+    for name in ("preadv2", "pwritev2"):
+        assert [_run_filter(program, arch, numbers[name], (0,) * 5 + (flags,)) for flags in (0, 1, 8, 0x80)] == \
+            [0x7FFF0000, 0x7FFF0000, 0x5005F, 0x5005F]
