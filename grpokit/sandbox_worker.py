@@ -234,11 +234,11 @@ _NUMBERS = {
 ALLOWED = (
     # files: the job's own directory (its tmpfs) read-write, the interpreter and packages read-only
     "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "lseek", "close", "close_range",
-    "dup", "dup2", "dup3", "fcntl", "open", "openat", "creat", "stat", "fstat", "lstat", "newfstatat", "statx",
+    "dup", "dup2", "dup3", "open", "openat", "creat", "stat", "fstat", "lstat", "newfstatat", "statx",
     "statfs", "fstatfs", "access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64",
     "getcwd", "chdir", "fchdir", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat",
     "renameat2", "link", "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "truncate", "ftruncate",
-    "fallocate", "fsync", "fdatasync", "utimensat", "utime", "utimes", "futimesat", "umask", "flock", "sendfile",
+    "fallocate", "fsync", "fdatasync", "utimensat", "utime", "utimes", "futimesat", "umask", "sendfile",
     "copy_file_range", "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
     # memory (numpy binds its pages' NUMA policy)
     "brk", "mmap", "munmap", "mremap", "mprotect", "msync", "mbind", "get_mempolicy", "set_mempolicy",
@@ -263,7 +263,9 @@ ALLOWED = (
 # fs.aio-max-nr, inotify / fanotify from the per-uid limits that uid 65534 shares with every sandbox and the host's own
 # "nobody", syslog reads the kernel log); pidfds (on Linux >= 6.9 a pidfd's inode number is a host-wide count of the
 # processes ever made: a job forking k times moved the next job's by k) and file handles (mount ids); ownership and
-# extended attributes (EPERM, as an unprivileged user gets for them: shutil.copy2 goes on without them).
+# extended attributes (EPERM, as an unprivileged user gets for them: shutil.copy2 goes on without them). flock, and
+# fcntl's locks (FCNTL_COMMANDS): a lock on a file every sandbox reads (the interpreter's) is seen by a job of another
+# sandbox that runs at the same time.
 # New pipes and sockets, and what would read their inode numbers: pipefs and sockfs number their inodes from one
 # host-wide counter (get_next_ino, shared with /proc's per-process entries and memfds), so a job that made k pipes
 # moved by k the inode number of the next pipe anyone made, and the next job read its own pipe's number back with
@@ -271,7 +273,7 @@ ALLOWED = (
 # SysV shared memory are not in the list), its own descriptors are FIFOs on file systems no job writes (a FIFO's
 # inode is its file system's: the host's, the zygote's), and its /proc is an empty read-only tmpfs.
 REFUSED = (
-    "pipe", "pipe2", "socket", "socketpair",
+    "pipe", "pipe2", "socket", "socketpair", "flock",
     "unshare", "setns", "ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key", "request_key", "bpf",
     "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "mount", "umount2",
     "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
@@ -293,7 +295,7 @@ CLONE_PIDFD = 0x1000
 # fail with EOPNOTSUPP, as an unsupported flag does). sysinfo (host-wide free memory, load, task count: figures an
 # earlier job moves) is not in the list. A page a job *reads* still stays cached: only a timed read tells, see docs.
 IGNORED = ("fadvise64", "readahead")  # succeed, do nothing
-MADV_IGNORED = (20, 21)  # MADV_COLD, MADV_PAGEOUT: reclaim advice, ignored (MADV_DONTNEED is malloc's, allowed)
+MADV_IGNORED = (20, 21, 25)  # MADV_COLD, MADV_PAGEOUT, MADV_COLLAPSE: ignored (MADV_DONTNEED is malloc's, allowed)
 RWF_ALLOWED = 0x37  # RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_APPEND | RWF_NOAPPEND
 # prctl options a program (or its libc) uses on itself; any other fails with EINVAL, as an unknown option does:
 # PDEATHSIG, DUMPABLE, NAME (set / get), GET_SECCOMP, SET_SECCOMP (a stricter filter of its own), CAPBSET_READ,
@@ -303,7 +305,12 @@ PRCTL_OPTIONS = (1, 2, 3, 4, 15, 16, 21, 22, 23, 38, 39, 0x53564D41)
 # FIONREAD); any other fails with ENOTTY, as on a file that has no such request
 IOCTLS = (0x5401, 0x540F, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451)  # TCGETS, TIOCGPGRP, TIOCGWINSZ, FIONREAD,
 # FIONBIO, FIONCLEX, FIOCLEX
-CHECKED = ("clone", "madvise", "prctl", "ioctl", "preadv2", "pwritev2") + IGNORED
+# fcntl commands on the descriptor itself: F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC,
+# F_GETPIPE_SZ. Any other fails with EINVAL, as an unknown command does: locks (F_SETLK, F_GETLK, the OFD ones:
+# see REFUSED), leases, dnotify (F_NOTIFY), and F_SETPIPE_SZ (a pipe's pages count against a budget of uid 65534's
+# that every sandbox shares).
+FCNTL_COMMANDS = (0, 1, 2, 3, 4, 1030, 1032)
+CHECKED = ("clone", "madvise", "prctl", "ioctl", "fcntl", "preadv2", "pwritev2") + IGNORED
 EPERM, ENOTTY, EINVAL, EOPNOTSUPP, ENOSYS = 1, 25, 22, 95, 38
 
 
@@ -337,6 +344,7 @@ def seccomp_program(machine):
         "madvise": one_of(2, MADV_IGNORED, fail(0), (ret, 0, 0, allow)),  # the advice; 0: "done"
         "prctl": one_of(0, PRCTL_OPTIONS, (ret, 0, 0, allow), fail(EINVAL)),  # the option
         "ioctl": one_of(1, IOCTLS, (ret, 0, 0, allow), fail(ENOTTY)),  # the request
+        "fcntl": one_of(1, FCNTL_COMMANDS, (ret, 0, 0, allow), fail(EINVAL)),  # the command
         "preadv2": [arg(5), (jset, 0, 1, ~RWF_ALLOWED & 0xFFFFFFFF), fail(EOPNOTSUPP), (ret, 0, 0, allow)],
         "pwritev2": [arg(5), (jset, 0, 1, ~RWF_ALLOWED & 0xFFFFFFFF), fail(EOPNOTSUPP), (ret, 0, 0, allow)],
         **{name: [fail(0)] for name in IGNORED},

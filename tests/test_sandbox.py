@@ -567,11 +567,12 @@ def test_the_filter_is_an_allow_list():
     """The job's seccomp filter allows the calls honest programs make and nothing else. Refused on purpose (EPERM):
     nested namespaces, mounts, ptrace, keyrings, io_uring, userfaultfd, perf, bpf, what holds a host-wide resource
     (Linux AIO contexts from fs.aio-max-nr, inotify / fanotify instances of the uid every sandbox shares), the kernel
-    log, pidfds, new pipes and sockets of any family (their inode numbers count the host's: a channel between jobs).
-    Outside the list (ENOSYS, as on a kernel without them): the page-cache probes, sysinfo, memfds, SysV IPC, and
-    calls no list names (nfsservctl, a number past every table). Calls allowed with some arguments only: ioctl
-    requests outside the terminal kind (ENOTTY), prctl options (EINVAL), clone with namespace flags or CLONE_PIDFD
-    (EPERM), preadv2 with RWF_NOWAIT (EOPNOTSUPP)."""
+    log, pidfds, new pipes and sockets of any family (their inode numbers count the host's: a channel between jobs),
+    flock (a lock on a file every sandbox reads is seen by a job running beside it). Outside the list (ENOSYS, as on
+    a kernel without them): the page-cache probes, sysinfo, memfds, SysV IPC, and calls no list names (nfsservctl, a
+    number past every table). Calls allowed with some arguments only: ioctl requests outside the terminal kind
+    (ENOTTY), prctl options and fcntl locks (EINVAL), clone with namespace flags or CLONE_PIDFD (EPERM), preadv2 with
+    RWF_NOWAIT (EOPNOTSUPP)."""
     import platform
 
     from grpokit.sandbox_worker import syscall_numbers
@@ -579,7 +580,7 @@ def test_the_filter_is_an_allow_list():
     numbers = syscall_numbers(platform.machine())
     refused = ("unshare", "setns", "mount", "ptrace", "keyctl", "io_uring_setup", "userfaultfd", "perf_event_open",
                "bpf", "io_setup", "inotify_init1", "fanotify_init", "syslog", "memfd_secret", "pidfd_getfd",
-               "pidfd_open", "pipe2", "socket", "socketpair")
+               "pidfd_open", "pipe2", "socket", "socketpair", "flock")
     calls = {name: numbers[name] for name in refused}
     absent = {"mincore": {"x86_64": 27, "aarch64": 232}, "cachestat": 451, "sysinfo": {"x86_64": 99, "aarch64": 179},
               "memfd_create": {"x86_64": 319, "aarch64": 279}, "shmget": {"x86_64": 29, "aarch64": 194},
@@ -597,6 +598,7 @@ out = {{name: call(number, *((128, ctypes.byref(ctx)) if name == "io_setup" else
        for name, number in {calls!r}.items()}}
 out["ioctl TIOCSTI"] = call({numbers["ioctl"]}, 0, 0x5412, 0)
 out["prctl PR_SET_CHILD_SUBREAPER"] = call({numbers["prctl"]}, 36, 1, 0, 0, 0)
+out["fcntl F_SETLK"] = call({numbers["fcntl"]}, 0, 6, 0)
 out["clone CLONE_NEWUSER"] = call({numbers["clone"]}, 0x10000000 | 17, 0, 0, 0, 0)
 out["clone CLONE_PIDFD"] = call({numbers["clone"]}, 0x1000 | 17, 0, 0, 0, 0)
 fd = os.open(os.__file__, os.O_RDONLY)
@@ -617,7 +619,8 @@ print(out)
     out = eval(run.stdout.strip().splitlines()[-1])
     assert out.pop("honest") == [1, False, True, 7]
     expected = {name: "EPERM" for name in refused} | {name: "ENOSYS" for name in absent}
-    expected |= {"ioctl TIOCSTI": "ENOTTY", "prctl PR_SET_CHILD_SUBREAPER": "EINVAL", "clone CLONE_NEWUSER": "EPERM",
+    expected |= {"ioctl TIOCSTI": "ENOTTY", "prctl PR_SET_CHILD_SUBREAPER": "EINVAL", "fcntl F_SETLK": "EINVAL",
+                 "clone CLONE_NEWUSER": "EPERM",
                  "clone CLONE_PIDFD": "EPERM", "preadv2 RWF_NOWAIT": "ENOTSUP"}  # ENOTSUP: EOPNOTSUPP
     assert out == expected
 
@@ -809,10 +812,12 @@ def test_every_call_number_gets_the_action_its_list_gives(machine):
     assert _run_filter(program, arch, clone, (0x3D0F00,)) == 0x7FFF0000  # a thread's flags
     assert _run_filter(program, arch, clone, (0x10000000 | 17,)) == 0x50001  # CLONE_NEWUSER
     assert _run_filter(program, arch, clone, (0x1000 | 17,)) == 0x50001  # CLONE_PIDFD
-    assert [_run_filter(program, arch, madvise, (0, 0, advice)) for advice in (4, 20, 21)] == [0x7FFF0000, 0x50000,
-                                                                                              0x50000]
+    assert [_run_filter(program, arch, madvise, (0, 0, advice)) for advice in (4, 14, 20, 21, 25)] == \
+        [0x7FFF0000, 0x7FFF0000, 0x50000, 0x50000, 0x50000]
     assert [_run_filter(program, arch, ioctl, (0, request)) for request in (0x5401, 0x5412)] == [0x7FFF0000, 0x50019]
     assert [_run_filter(program, arch, prctl, (option,)) for option in (15, 36)] == [0x7FFF0000, 0x50016]
+    assert [_run_filter(program, arch, numbers["fcntl"], (0, command)) for command in (3, 1030, 6, 5, 37, 1031)] == \
+        [0x7FFF0000, 0x7FFF0000, 0x50016, 0x50016, 0x50016, 0x50016]  # F_SETLK, F_GETLK, F_OFD_SETLK, F_SETPIPE_SZ
     for name in ("preadv2", "pwritev2"):
         assert [_run_filter(program, arch, numbers[name], (0,) * 5 + (flags,)) for flags in (0, 1, 8, 0x80)] == \
             [0x7FFF0000, 0x7FFF0000, 0x5005F, 0x5005F]

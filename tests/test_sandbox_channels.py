@@ -508,3 +508,54 @@ def test_no_inode_number_a_job_reads_follows_what_an_earlier_job_made():
     following = [i for i in range(fields) if len({(seen[i] - stored) % 256 for stored, seen in runs}) == 1]
     assert not following, f"fields {following} of the reader's numbers follow the stored value: {runs}"
 
+
+
+LOCK_HOLD = '''
+import fcntl, os, time
+fd = os.open(os.__file__, os.O_RDONLY)
+for lock in (lambda: fcntl.flock(fd, fcntl.LOCK_EX), lambda: fcntl.lockf(fd, fcntl.LOCK_SH)):
+    try:
+        lock()
+    except OSError:
+        pass
+time.sleep(3)
+'''
+LOCK_PROBE = '''
+import fcntl, os, struct
+fd = os.open(os.__file__, os.O_RDONLY)
+seen = []
+try:
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    seen.append("free")
+except BlockingIOError:
+    seen.append("held")
+except OSError as err:
+    seen.append(err.errno)
+try:  # F_GETLK: who holds a lock that a write lock would meet
+    answer = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+    seen.append(struct.unpack("hhqqi", answer)[0])
+except OSError as err:
+    seen.append(err.errno)
+print(*seen)
+'''
+
+
+@SECCOMP
+def test_a_lock_on_a_shared_file_is_not_seen_by_a_job_running_beside_it():
+    """Jobs of two sandboxes run at the same time (the reward's workers): one that locks a file every sandbox reads
+    (flock, or fcntl's read lock) would be seen by the other (a non-blocking flock fails, F_GETLK names the holder).
+    The probe reads the same with a holder beside it as without one."""
+    import threading
+    import time
+
+    with sandbox.acquire(LIMITS) as holder_box, sandbox.acquire(LIMITS) as probe_box:
+        alone = probe_box.job("run", LIMITS.timeout, LOCK_PROBE).finish()
+        held = []
+        holder = threading.Thread(target=lambda: held.append(holder_box.job("run", LIMITS.timeout, LOCK_HOLD).finish()))
+        holder.start()
+        time.sleep(1.0)  # the holder has taken its locks (it holds them 3 s)
+        beside = probe_box.job("run", LIMITS.timeout, LOCK_PROBE).finish()
+        holder.join()
+    assert held[0].returncode == 0, held[0].stderr[-1000:]
+    assert alone.returncode == 0 and beside.returncode == 0, (alone.stderr[-1000:], beside.stderr[-1000:])
+    assert beside.stdout == alone.stdout, f"alone: {alone.stdout!r}, beside a holder: {beside.stdout!r}"
