@@ -250,8 +250,7 @@ ALLOWED = (
     "alarm", "setitimer", "getitimer", "timer_create", "timer_settime", "timer_gettime", "timer_getoverrun",
     "timer_delete", "sched_yield", "sched_getaffinity", "sched_getparam", "sched_getscheduler",
     "sched_get_priority_max", "sched_get_priority_min", "getpriority", "prlimit64", "getrlimit", "setrlimit",
-    "getrusage", "times", "uname", "arch_prctl", "getcpu", "restart_syscall",
-    "capget",
+    "getrusage", "times", "uname", "arch_prctl", "getcpu", "restart_syscall", "capget",  # (its own capabilities)
     # time, randomness
     "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time", "getrandom",
     # polling (of the job's own descriptors: no new pipes or sockets, see REFUSED)
