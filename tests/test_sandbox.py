@@ -92,11 +92,20 @@ def test_a_gigabyte_of_output_is_read_and_dropped():
     assert run.timed_out or run.returncode == 0
 
 
+# The process's environment as the kernel keeps it, where the job has a /proc (a job with namespaces of its own has none)
+ENVIRON = """def environ():
+    try:
+        return open('/proc/self/environ', 'rb').read()
+    except FileNotFoundError:
+        return b''
+"""
+
+
 def test_the_environment_is_an_allow_list(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_for_the_test")
     monkeypatch.setenv("WANDB_API_KEY", "wandb_secret_for_the_test")
-    run = sandbox.run_python("import os, json\nprint(json.dumps(dict(os.environ)))\n"
-                             "print(open('/proc/self/environ', 'rb').read().count(b'secret_for_the_test'))")
+    run = sandbox.run_python("import os, json\nprint(json.dumps(dict(os.environ)))\n" + ENVIRON +
+                             "print(environ().count(b'secret_for_the_test'))")
     env = json.loads(run.stdout.splitlines()[0])
     assert set(env) <= set(sandbox.ENV_ALLOWED) | {"PWD"}, env
     assert run.stdout.splitlines()[1] == "0"
@@ -105,7 +114,7 @@ def test_the_environment_is_an_allow_list(monkeypatch):
 
 def test_a_completion_reading_tokens_sees_none(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_for_the_test")
-    code = ("import os\ndef f():\n    leaked = 'HF_TOKEN' in os.environ or b'hf_secret' in open('/proc/self/environ', 'rb').read()\n"
+    code = ("import os\n" + ENVIRON + "def f():\n    leaked = 'HF_TOKEN' in os.environ or b'hf_secret' in environ()\n"
             "    return 0 if leaked else 1")
     assert score([fenced(code)])[0] == [1.0]
 
@@ -242,11 +251,24 @@ def test_sandbox_fusion_unreachable_drops_the_sample():
 # Where the OS refuses namespaces, and the hack monitor
 # -----------------------------------------------------------------------------------------------------------------
 
+# What a container's default seccomp profile does to the sandbox (Docker's refuses unshare): namespaces refused, the
+# rest allowed. The process that installs it (and the sandboxes it starts) then really finds no namespaces.
+CONTAINER_PROFILE = r"""
+from rewards.code import sandbox_worker as _w
+def _container_profile():
+    arch, machine = _w._AUDIT[_w.os.uname().machine][0], _w.os.uname().machine
+    n = _w.syscall_numbers(machine)
+    ld, jeq, jset, ret, allow, eperm, enosys = 0x20, 0x15, 0x45, 0x06, 0x7FFF0000, 0x50001, 0x50026
+    return [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow), (ld, 0, 0, 0),
+            (jeq, 0, 1, n["unshare"]), (ret, 0, 0, eperm), (jeq, 0, 1, n["setns"]), (ret, 0, 0, eperm),
+            (jeq, 0, 1, n["clone3"]), (ret, 0, 0, enosys), (jeq, 1, 0, n["clone"]), (ret, 0, 0, allow),
+            (ld, 0, 0, 16), (jset, 0, 1, _w._NS_FLAGS), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+assert _w.install_seccomp(_w.prepare_seccomp(_container_profile())) == ""
+"""
 _NO_NAMESPACES = r"""
 import json, sys
 sys.path.insert(0, {root!r})
-from rewards.code.sandbox_worker import install_seccomp
-assert install_seccomp() == ""  # as a container's seccomp profile does: unshare and nested namespaces refused
+""" + CONTAINER_PROFILE.replace("{", "{{").replace("}", "}}") + r"""
 from rewards.code import sandbox
 from config.errors import UsageError
 from rewards.code import CodeExecution
@@ -279,13 +301,12 @@ def test_without_namespaces_it_says_what_holds_and_require_sandbox_refuses():
         assert "not root" not in out["missing"]  # dropped to an unprivileged uid even without namespaces
 
 
-# The CLI (or the API) in a process under the sandbox's own seccomp filter, which refuses unshare as Docker's default
-# profile does: the probe then really finds no namespaces (nothing of the check is mocked).
+# The CLI (or the API) in a process under a seccomp filter that refuses unshare as Docker's default profile does
+# (CONTAINER_PROFILE): the probe then really finds no namespaces (nothing of the check is mocked).
 _UNDER_SECCOMP = r"""
 import os, sys
 sys.path.insert(0, os.getcwd())
-from rewards.code.sandbox_worker import install_seccomp
-assert install_seccomp() == ""
+""" + CONTAINER_PROFILE + r"""
 if sys.argv[1] == "api":
     from config import build_config
     from config.errors import UsageError
@@ -542,37 +563,51 @@ def test_a_job_cannot_kill_the_zygote_with_any_signal_it_can_send():
 
 
 @pytest.mark.skipif(not PROTECTIONS["no_nested_namespaces"], reason="no seccomp filter here")
-def test_host_wide_resources_and_foreign_socket_families_are_denied():
-    """What a job could hold of the host for its life (Linux AIO contexts from fs.aio-max-nr, inotify / fanotify
-    instances of the uid every sandbox shares), the kernel log, and sockets of families no network namespace
-    covers (AF_VSOCK reaches the hypervisor) are refused; unix, IPv4 / IPv6 sockets, asyncio and fork still work."""
+def test_the_filter_is_an_allow_list():
+    """The job's seccomp filter allows the calls honest programs make and nothing else. Refused on purpose (EPERM):
+    nested namespaces, mounts, ptrace, keyrings, io_uring, userfaultfd, perf, bpf, what holds a host-wide resource
+    (Linux AIO contexts from fs.aio-max-nr, inotify / fanotify instances of the uid every sandbox shares), the kernel
+    log, pidfds, new pipes and sockets of any family (their inode numbers count the host's: a channel between jobs),
+    flock (a lock on a file every sandbox reads is seen by a job running beside it). Outside the list (ENOSYS, as on
+    a kernel without them): the page-cache probes, sysinfo, memfds, SysV IPC, and calls no list names (nfsservctl, a
+    number past every table). Calls allowed with some arguments only: ioctl requests outside the terminal kind
+    (ENOTTY), prctl options and fcntl locks (EINVAL), clone with namespace flags or CLONE_PIDFD (EPERM), preadv2 with
+    RWF_NOWAIT (EOPNOTSUPP)."""
     import platform
 
-    from rewards.code.sandbox_worker import _ARCHES
+    from rewards.code.sandbox_worker import syscall_numbers
 
-    numbers = _ARCHES[platform.machine()][2]
-    calls = {name: numbers[name] for name in ("io_setup", "io_submit", "io_getevents", "inotify_init1",
-                                              "fanotify_init", "syslog", "memfd_secret", "pidfd_getfd")}
+    numbers = syscall_numbers(platform.machine())
+    refused = ("unshare", "setns", "mount", "ptrace", "keyctl", "io_uring_setup", "userfaultfd", "perf_event_open",
+               "bpf", "io_setup", "inotify_init1", "fanotify_init", "syslog", "memfd_secret", "pidfd_getfd",
+               "pidfd_open", "pipe2", "socket", "socketpair", "flock")
+    calls = {name: numbers[name] for name in refused}
+    absent = {"mincore": {"x86_64": 27, "aarch64": 232}, "cachestat": 451, "sysinfo": {"x86_64": 99, "aarch64": 179},
+              "memfd_create": {"x86_64": 319, "aarch64": 279}, "shmget": {"x86_64": 29, "aarch64": 194},
+              "nfsservctl": {"x86_64": 180, "aarch64": 42}, "past every table": 1000}
+    calls |= {name: n if type(n) is int else n[platform.machine()] for name, n in absent.items()}
     program = f"""
-import asyncio, ctypes, errno, os, socket
+import ctypes, errno, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-ctx = ctypes.c_ulong(0)
-out = {{}}
-for name, number in {calls!r}.items():
+def call(number, *args):
     ctypes.set_errno(0)
-    args = (128, ctypes.byref(ctx)) if name == "io_setup" else (0, 0, 0)
-    out[name] = errno.errorcode.get(ctypes.get_errno()) if libc.syscall(number, *args) < 0 else "allowed"
-for family in (socket.AF_VSOCK, socket.AF_NETLINK, socket.AF_PACKET, socket.AF_ALG, 31):  # 31: bluetooth
-    try:
-        socket.socket(family, socket.SOCK_DGRAM).close()
-        out[str(family)] = "open"
-    except OSError as err:
-        out[str(family)] = errno.errorcode.get(err.errno)
-a, b = socket.socketpair()
-a.send(b"x")
-out["honest"] = [b.recv(1).decode(), socket.socket(socket.AF_INET).family == socket.AF_INET,
-                 socket.socket(socket.AF_INET6).family == socket.AF_INET6, asyncio.run(asyncio.sleep(0, "async"))]
+    return "allowed" if libc.syscall(number, *args) >= 0 else errno.errorcode.get(ctypes.get_errno())
+ctx = ctypes.c_ulong(0)
+out = {{name: call(number, *((128, ctypes.byref(ctx)) if name == "io_setup" else (0, 0, 0, 0, 0)))
+       for name, number in {calls!r}.items()}}
+out["ioctl TIOCSTI"] = call({numbers["ioctl"]}, 0, 0x5412, 0)
+out["prctl PR_SET_CHILD_SUBREAPER"] = call({numbers["prctl"]}, 36, 1, 0, 0, 0)
+out["fcntl F_SETLK"] = call({numbers["fcntl"]}, 0, 6, 0)
+out["clone CLONE_NEWUSER"] = call({numbers["clone"]}, 0x10000000 | 17, 0, 0, 0, 0)
+out["clone CLONE_PIDFD"] = call({numbers["clone"]}, 0x1000 | 17, 0, 0, 0, 0)
+fd = os.open(os.__file__, os.O_RDONLY)
+try:
+    os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
+    out["preadv2 RWF_NOWAIT"] = "allowed"
+except OSError as err:
+    out["preadv2 RWF_NOWAIT"] = errno.errorcode.get(err.errno)
+out["honest"] = [os.preadv(fd, [bytearray(1)], 0, os.RWF_HIPRI), os.isatty(0), os.get_blocking(0)]
 pid = os.fork()
 if pid == 0:
     os._exit(7)
@@ -582,9 +617,54 @@ print(out)
     run = sandbox.run_python(program, sandbox.Limits(timeout=10))
     assert run.returncode == 0, run.stderr[-2000:]
     out = eval(run.stdout.strip().splitlines()[-1])
-    assert out.pop("honest") == ["x", True, True, "async", 7]
-    denied = {name: "EPERM" for name in calls} | {str(f): "EAFNOSUPPORT" for f in (40, 16, 17, 38, 31)}
-    assert out == denied
+    assert out.pop("honest") == [1, False, True, 7]
+    expected = {name: "EPERM" for name in refused} | {name: "ENOSYS" for name in absent}
+    expected |= {"ioctl TIOCSTI": "ENOTTY", "prctl PR_SET_CHILD_SUBREAPER": "EINVAL", "fcntl F_SETLK": "EINVAL",
+                 "clone CLONE_NEWUSER": "EPERM",
+                 "clone CLONE_PIDFD": "EPERM", "preadv2 RWF_NOWAIT": "ENOTSUP"}  # ENOTSUP: EOPNOTSUPP
+    assert out == expected
+
+
+# Honest programs in the styles the filter was traced on (bench/bench_sandbox_corpus.py runs these and the 164
+# HumanEval canonical solutions): each prints what it computed, the same under the filter as anywhere.
+HONEST = {
+    "threads and recursion": ("import sys, threading\nsys.setrecursionlimit(1 << 20)\nthreading.stack_size(1 << 26)\n"
+                              "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\n"
+                              "def main():\n    print(f(int(sys.stdin.readline())))\n"
+                              "t = threading.Thread(target=main)\nt.start()\nt.join()\n", b"50000\n", "50000"),
+    "gc and fast io": ("import gc, os, sys\ngc.disable()\ninput = sys.stdin.buffer.readline\nn = int(input())\n"
+                       "a = list(map(int, input().split()))\nos.write(1, (str(sum(a)) + '\\n').encode())\n"
+                       "gc.collect()\nsys.exit(0)\n", b"3\n1 2 3\n", "6"),
+    "asyncio": ("import asyncio\nasync def m():\n    await asyncio.sleep(0.01)\n"
+                "    x = await asyncio.get_running_loop().run_in_executor(None, sum, [1, 2])\n"
+                "    return (await asyncio.gather(asyncio.wait_for(asyncio.sleep(0, x), 1)))[0]\n"
+                "print(asyncio.run(m()))\n", b"", "3"),
+    "files": ("import os, pathlib, shutil, tempfile\nopen('a.txt', 'w').write('hi')\nos.mkdir('d')\n"
+              "shutil.copy2('a.txt', 'd/b.txt')\nwith tempfile.TemporaryDirectory() as t:\n"
+              "    pathlib.Path(t, 'x').write_text('y')\nprint(open('d/b.txt').read() + str(sorted(os.listdir('d'))))\n",
+              b"", "hi['b.txt']"),
+    "stdlib": ("import datetime, hashlib, os, random, resource, time\nr = resource.getrlimit(resource.RLIMIT_STACK)\n"
+               "resource.setrlimit(resource.RLIMIT_STACK, r)\nprint(len(os.urandom(4)), random.random() < 1, "
+               "time.perf_counter() > 0, datetime.datetime.now().year > 2000, hashlib.sha256(b'').hexdigest()[:4], "
+               "os.cpu_count() >= 1)\n", b"", "4 True True True e3b0 True"),
+    "subprocess degrades": ("import subprocess\ntry:\n    subprocess.run(['true'])\nexcept OSError as err:\n"
+                            "    print(type(err).__name__)\n", b"", "PermissionError"),
+}
+
+
+@pytest.mark.skipif(not PROTECTIONS["no_nested_namespaces"], reason="no seccomp filter here")
+@pytest.mark.parametrize("name", list(HONEST))
+def test_honest_programs_run_under_the_allow_list(name):
+    program, stdin, expected = HONEST[name]
+    run = sandbox.run_python(program, sandbox.Limits(timeout=20), stdin=stdin)
+    assert (run.returncode, run.stdout.strip()) == (0, expected), run.stderr[-2000:]
+
+
+def test_numpy_runs_under_the_allow_list():
+    pytest.importorskip("numpy")
+    program = "import numpy as np\na = np.arange(10000.0).reshape(100, 100)\nprint(int((a @ a.T).trace()))\n"
+    run = sandbox.run_python(program, sandbox.Limits(timeout=30))
+    assert (run.returncode, run.stdout.strip()) == (0, "333283335000"), run.stderr[-2000:]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not PROTECTIONS["memory_cap"], reason="no cgroups for the helper here")
@@ -690,3 +770,54 @@ def test_a_helper_outlives_no_trainer_killed_at_once(tmp_path):
         time.sleep(0.2)
     alive = psutil.pid_exists(helper) and psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
     assert not alive, "the helper outlived its trainer"
+
+
+def _run_filter(program, arch, number, args=(0,) * 6):
+    """What a classic BPF seccomp filter returns for one call: the few instructions the sandbox's filter uses."""
+    data = {0: number, 4: arch, **{16 + 8 * i: a & 0xFFFFFFFF for i, a in enumerate(args)}}
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == 0x20:  # ld [k]
+            acc, pc = data[k], pc + 1
+        elif code == 0x05:  # ja k
+            pc += 1 + k
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            hit = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if hit else jf)
+        else:
+            assert code == 0x06, code
+            return k
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_every_call_number_gets_the_action_its_list_gives(machine):
+    """The filter's binary search on the call number, emulated for every number up to 1023 on both tables: ALLOWED
+    calls are allowed, REFUSED get EPERM, every other number ENOSYS; a foreign architecture is killed."""
+    from rewards.code import sandbox_worker as w
+
+    program = w.seccomp_program(machine)
+    arch = w._AUDIT[machine][0]
+    numbers = w.syscall_numbers(machine)
+    action = {numbers[n]: 0x7FFF0000 for n in w.ALLOWED if n in numbers}
+    action |= {numbers[n]: 0x50001 for n in w.REFUSED if n in numbers}
+    action |= {numbers[n]: 0x50000 for n in w.IGNORED}
+    checked = {numbers[n] for n in w.CHECKED if n not in w.IGNORED}
+    for number in range(1024):
+        if number not in checked:
+            assert _run_filter(program, arch, number) == action.get(number, 0x50026), (machine, number)
+    assert _run_filter(program, arch ^ 1, numbers["read"]) == 0x80000000
+    clone, madvise, ioctl, prctl = numbers["clone"], numbers["madvise"], numbers["ioctl"], numbers["prctl"]
+    assert _run_filter(program, arch, clone, (17,)) == 0x7FFF0000  # fork's SIGCHLD
+    assert _run_filter(program, arch, clone, (0x3D0F00,)) == 0x7FFF0000  # a thread's flags
+    assert _run_filter(program, arch, clone, (0x10000000 | 17,)) == 0x50001  # CLONE_NEWUSER
+    assert _run_filter(program, arch, clone, (0x1000 | 17,)) == 0x50001  # CLONE_PIDFD
+    assert [_run_filter(program, arch, madvise, (0, 0, advice)) for advice in (4, 14, 20, 21, 25)] == \
+        [0x7FFF0000, 0x7FFF0000, 0x50000, 0x50000, 0x50000]
+    assert [_run_filter(program, arch, ioctl, (0, request)) for request in (0x5401, 0x5412)] == [0x7FFF0000, 0x50019]
+    assert [_run_filter(program, arch, prctl, (option,)) for option in (15, 36)] == [0x7FFF0000, 0x50016]
+    assert [_run_filter(program, arch, numbers["fcntl"], (0, command)) for command in (3, 1030, 6, 5, 37, 1031)] == \
+        [0x7FFF0000, 0x7FFF0000, 0x50016, 0x50016, 0x50016, 0x50016]  # F_SETLK, F_GETLK, F_OFD_SETLK, F_SETPIPE_SZ
+    for name in ("preadv2", "pwritev2"):
+        assert [_run_filter(program, arch, numbers[name], (0,) * 5 + (flags,)) for flags in (0, 1, 8, 0x80)] == \
+            [0x7FFF0000, 0x7FFF0000, 0x5005F, 0x5005F]

@@ -1,6 +1,7 @@
 """Nothing one sandboxed job sets is there for a later job. For each channel that has carried data from one job to the
 next (the page cache of the files every sandbox sees, the pid counter, the tmpfs inode counter, the network stack's
-counters, host-wide counters in /proc, a device node's times, /tmp's access time, SysV IPC, a daemon's socket), a
+counters, host-wide counters in /proc, the host-wide inode counter of pipes, sockets and /proc entries, pidfs's count
+of processes, a device node's times, /tmp's access time, SysV IPC, a daemon's socket), a
 writer job stores 8 bits and a reader job after it reads them back: run once with a byte and once with its
 complement, the reader must read the same both times (zero bits crossed). One job cannot take the host's page cache
 away, and the page-cache attack that paid through the reward (a wrong completion reading a correct one's mark)
@@ -144,7 +145,10 @@ except OSError as err:
 # Packets to an address with no route: each one counts in the network namespace's Ip OutNoRoutes.
 NET_WRITE = '''
 import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+except OSError:  # no sockets for a job where the seccomp filter holds
+    raise SystemExit
 for _ in range(VALUE):
     try:
         s.sendto(b"x", ("10.1.2.3", 9))
@@ -152,8 +156,78 @@ for _ in range(VALUE):
         pass
 '''
 NET_READ = '''
-lines = [line.split() for line in open("/proc/self/net/snmp") if line.startswith("Ip:")]
-print(int(lines[1][lines[0].index("OutNoRoutes")]) % 256)
+try:
+    lines = [line.split() for line in open("/proc/self/net/snmp") if line.startswith("Ip:")]
+    print(int(lines[1][lines[0].index("OutNoRoutes")]) % 256)
+except OSError as err:
+    print("unreadable", err.errno)
+'''
+# pipefs, sockfs, the kernel's internal tmpfs (memfds, shared anonymous mappings) and /proc's per-process entries
+# number their inodes from one host-wide counter: the writer makes inodes of each kind it can until the last number it
+# reads is VALUE modulo 256; the reader reads the numbers of its own descriptors (fd 4, the monitor's FIFO in the
+# sandbox's tmpfs, counts the jobs the sandbox ran: no job moves it), of a new pipe, socket, eventfd and epoll, and of
+# its /proc. Measured before: the reader's pipe read VALUE + 25, exactly, every time. The reader's own descriptors
+# are FIFOs on the host's file system, whose numbers other processes of the host move: that noise is why the test
+# below asks whether a number *follows* the stored value, not whether it stays put.
+INODE_KINDS = '''
+import os, select, socket
+def made():
+    for make in (lambda: os.pipe()[0], lambda: socket.socketpair()[0].detach(), lambda: os.memfd_create("x"),
+                 lambda: os.eventfd(0), lambda: os.dup(select.epoll().fileno())):
+        try:
+            fd = make()
+        except OSError as err:
+            yield err.errno
+            continue
+        yield os.fstat(fd).st_ino
+        os.close(fd)
+    for path in ("/proc/self/status", "/proc/self"):
+        try:
+            yield os.stat(path).st_ino
+        except OSError as err:
+            yield err.errno
+'''
+INODE_WRITE = INODE_KINDS + '''
+import mmap
+def pipe():
+    r, w = os.pipe()
+    os.close(w)
+    return r
+def one():  # one inode of the counter's, its number (a pipe, else a socket, else a memfd); None where none is made
+    for make in (pipe, lambda: socket.socket().detach(), lambda: os.memfd_create("x")):
+        try:
+            fd = make()
+        except OSError:
+            continue
+        number = os.fstat(fd).st_ino
+        os.close(fd)
+        return number
+if one() is None:  # blind: VALUE shared anonymous mappings, each an inode of the kernel's internal tmpfs
+    for _ in range(VALUE):
+        mmap.mmap(-1, 4096).close()
+else:
+    for _ in range(3000):
+        if one() % 256 == VALUE:
+            break
+'''
+INODE_READ = INODE_KINDS + '''
+print(*[os.fstat(fd).st_ino % 256 for fd in range(4)], *[n % 256 for n in made()])
+'''
+# pidfs numbers every process the host makes (Linux >= 6.9): a pidfd's inode number.
+PIDFS_WRITE = '''
+import os
+for _ in range(VALUE):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+'''
+PIDFS_READ = '''
+import os
+try:
+    print(os.fstat(os.pidfd_open(os.getpid())).st_ino % 256)
+except OSError as err:
+    print("unreadable", err.errno)
 '''
 DEVICE_WRITE = '''
 import os
@@ -209,7 +283,11 @@ DAEMON_READ = '''
 import socket
 value = 0
 for i in range(8):
-    s = socket.socket(socket.AF_UNIX)
+    try:
+        s = socket.socket(socket.AF_UNIX)
+    except OSError as err:
+        print("unreadable", err.errno)
+        raise SystemExit
     try:
         s.connect(b"\\0" + NAME + bytes([48 + i]))
         value |= 1 << i
@@ -232,6 +310,7 @@ CHANNELS = {
     "tmpfs inode counter": (INODES_WRITE, INODES_READ, FRESH),
     "host-wide fork counter (/proc/stat)": (FORKS_WRITE, FORKS_READ, FRESH),
     "network counters (/proc/net/snmp)": (NET_WRITE, NET_READ, FRESH),
+    "pidfs inode counter": (PIDFS_WRITE, PIDFS_READ, SECCOMP),
     "times of a device node (/dev/null)": (DEVICE_WRITE, DEVICE_READ, NAMESPACES),
     "access time of the sandbox's /tmp": (TMP_WRITE, TMP_READ, FRESH),
     "SysV shared memory": (IPC_WRITE, IPC_READ, NAMESPACES),
@@ -287,7 +366,8 @@ def test_a_job_cannot_take_the_hosts_page_cache():
     """The same calls let one completion drop ~3.4 GiB of the host's page cache in 3 s (every later import read from
     disk). A file the host has cached (a stdlib module every sandbox sees) stays cached, every page of it, after a
     job advises the kernel to drop it every way it can: fadvise DONTNEED, madvise PAGEOUT / COLD / DONTNEED on a
-    mapping of it; and the job is told its advice succeeded (an honest caller's does)."""
+    mapping of it, a read with RWF_DONTCACHE; and the job is told its advice succeeded (an honest caller's does).
+    The host counts the cached pages itself, with preadv2 RWF_NOWAIT on each page."""
     path = os.path.join(os.path.dirname(os.__file__), "pydoc.py")
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -322,6 +402,10 @@ libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
 print([libc.madvise(address, size, advice) for advice in (21, 20, 4)])  # MADV_PAGEOUT, MADV_COLD, MADV_DONTNEED
 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+try:
+    os.preadv(fd, [bytearray(size)], 0, 0x80)  # RWF_DONTCACHE (Linux >= 6.14): read, then drop the pages
+except OSError:
+    pass
 print("advised")
 '''
     run = sandbox.run_python(program, LIMITS)
@@ -403,3 +487,75 @@ def _unused(workdir, tmp_mb, seccomp):''')
     monkeypatch.setattr(sandbox, "WORKER_SOURCE", never)
     with pytest.raises(sandbox.SandboxError, match="cannot give each job its own namespaces: refused for this test"):
         sandbox.Sandbox(LIMITS, PROTECTIONS["namespaces"])
+
+
+@FRESH
+def test_no_inode_number_a_job_reads_follows_what_an_earlier_job_made():
+    """pipefs, sockfs, memfds and /proc's per-process entries number their inodes from one host-wide counter: a
+    writer job made pipes until the last one's number was VALUE modulo 256 and the next job's pipe read VALUE + 25,
+    exactly, every time (its stdin, a pipe the host made, VALUE + 1). Now a job makes no pipes or sockets, has no
+    /proc, and its descriptors are FIFOs on file systems no job writes. Three writers store three values; a number the
+    reader reads follows the writer where its difference to the stored value is the same all three times."""
+    runs = []
+    with sandbox.acquire(LIMITS) as box:
+        for stored in (0b10110100, 0b01001011, 0b00110110):
+            run = box.job("run", LIMITS.timeout, INODE_WRITE.replace("VALUE", str(stored))).finish()
+            assert run.returncode == 0, run.stderr[-2000:]
+            run = box.job("run", LIMITS.timeout, INODE_READ).finish()
+            assert run.returncode == 0, run.stderr[-2000:]
+            runs.append((stored, [int(x) for x in run.stdout.split()]))
+    fields = len(runs[0][1])
+    following = [i for i in range(fields) if len({(seen[i] - stored) % 256 for stored, seen in runs}) == 1]
+    assert not following, f"fields {following} of the reader's numbers follow the stored value: {runs}"
+
+
+
+LOCK_HOLD = '''
+import fcntl, os, time
+fd = os.open(os.__file__, os.O_RDONLY)
+for lock in (lambda: fcntl.flock(fd, fcntl.LOCK_EX), lambda: fcntl.lockf(fd, fcntl.LOCK_SH)):
+    try:
+        lock()
+    except OSError:
+        pass
+time.sleep(3)
+'''
+LOCK_PROBE = '''
+import fcntl, os, struct
+fd = os.open(os.__file__, os.O_RDONLY)
+seen = []
+try:
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    seen.append("free")
+except BlockingIOError:
+    seen.append("held")
+except OSError as err:
+    seen.append(err.errno)
+try:  # F_GETLK: who holds a lock that a write lock would meet
+    answer = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+    seen.append(struct.unpack("hhqqi", answer)[0])
+except OSError as err:
+    seen.append(err.errno)
+print(*seen)
+'''
+
+
+@SECCOMP
+def test_a_lock_on_a_shared_file_is_not_seen_by_a_job_running_beside_it():
+    """Jobs of two sandboxes run at the same time (the reward's workers): one that locks a file every sandbox reads
+    (flock, or fcntl's read lock) would be seen by the other (a non-blocking flock fails, F_GETLK names the holder).
+    The probe reads the same with a holder beside it as without one."""
+    import threading
+    import time
+
+    with sandbox.acquire(LIMITS) as holder_box, sandbox.acquire(LIMITS) as probe_box:
+        alone = probe_box.job("run", LIMITS.timeout, LOCK_PROBE).finish()
+        held = []
+        holder = threading.Thread(target=lambda: held.append(holder_box.job("run", LIMITS.timeout, LOCK_HOLD).finish()))
+        holder.start()
+        time.sleep(1.0)  # the holder has taken its locks (it holds them 3 s)
+        beside = probe_box.job("run", LIMITS.timeout, LOCK_PROBE).finish()
+        holder.join()
+    assert held[0].returncode == 0, held[0].stderr[-1000:]
+    assert alone.returncode == 0 and beside.returncode == 0, (alone.stderr[-1000:], beside.stderr[-1000:])
+    assert beside.stdout == alone.stdout, f"alone: {alone.stdout!r}, beside a holder: {beside.stdout!r}"

@@ -17,15 +17,18 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
     code can send it, and a daemon the code leaves behind is killed after its job), IPC (no host SysV shared memory
     or queues), UTS and cgroup;
   * nothing between jobs: where the kernel lets the zygote make an unprivileged user namespace (`fresh_per_job`), each
-    job runs in user, pid, mount, IPC and network namespaces of its own, with its own /proc (its processes only) and a
-    tmpfs of its own for its directory, all gone with it: the pid and inode counters, IPC objects and network counters
-    a job moves start afresh for the next one (rewards/code/sandbox_worker.py `job_in_namespaces`); the device nodes are
-    read-only;
-  * a seccomp filter: no nested user or other namespaces, no ptrace or process_vm_*, no keyrings, no mounts, no
-    bpf / perf / userfaultfd / io_uring / AIO / inotify / fanotify / syslog, sockets of the unix, IPv4 and IPv6
-    families only (no AF_VSOCK); the page cache of the shared files can be neither probed nor evicted (fadvise,
-    readahead and madvise COLD / PAGEOUT are ignored; mincore, cachestat, preadv2 / pwritev2 and sysinfo are
-    absent); the zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
+    job runs in user, pid, mount, IPC and network namespaces of its own, with an empty read-only /proc and a tmpfs
+    of its own for its directory, all gone with it: the pid and inode counters, IPC objects and network counters a
+    job moves start afresh for the next one (rewards/code/sandbox_worker.py `job_in_namespaces`); its stdin, stdout,
+    stderr and channel are FIFOs made in a host directory (`fifodir`), whose inode numbers no job moves (a pipe's
+    come from the host-wide counter that jobs' pipes and /proc entries moved); the device nodes are read-only;
+  * a seccomp allow-list on the job's process (sandbox_worker.ALLOWED: the calls honest Python programs make, found
+    by tracing them, bench/bench_sandbox_corpus.py); anything else fails with ENOSYS, and what is refused on purpose
+    with EPERM: nested namespaces, ptrace and process_vm_*, keyrings, mounts, bpf / perf / userfaultfd / io_uring /
+    AIO / inotify / fanotify / syslog, pidfds, new pipes and sockets (their inode numbers count the host's); the
+    page cache of the shared files can be neither probed nor evicted (fadvise, readahead and madvise COLD / PAGEOUT
+    are ignored; preadv2 RWF_NOWAIT / RWF_DONTCACHE refused; mincore, cachestat and sysinfo outside the list); the
+    zygote is non-dumpable (no /proc/<pid>/mem, fd or environ);
   * cgroups (v1 memory/cpu/pids, or v2 where this process may create child groups): `memory_mb` for the whole
     sandbox (the tmpfs included), one CPU, `processes` tasks; plus per-job rlimits (CPU seconds, address space,
     file size, open files, no core files);
@@ -34,13 +37,12 @@ interpreter start. What a sandbox gets, where the OS allows it (probed once per 
 
 Where the OS refuses a layer (a container whose seccomp profile blocks `unshare`, cgroup v2 without delegation),
 `describe()` says in one line what holds and what does not, and the rest is kept: without namespaces a job still
-runs as uid 65534 when started as root, under the seccomp filter, rlimits and the env allow-list, but it can reach
-the network and read what that uid can read. A run is then refused unless `allow_unsandboxed_code` (`unisolated()`,
+runs as uid 65534 when started as root, under the seccomp filter (no sockets: no network), rlimits and the env
+allow-list, but it reads what that uid can read. A run is then refused unless `allow_unsandboxed_code` (`unisolated()`,
 rewards/code/reward.py `check_isolation`); `require_sandbox` also refuses where a cap is missing (`missing()`).
 
 Not a VM: the code shares the kernel, and with it host-wide state a job can move and a later one can observe: a
-page of a shared file a job reads stays cached (a later job can time a read of it), and pipe and socket inode
-numbers come from one host-wide counter (measured: ~4-6 bits from one job to the next on an idle 2-core machine).
+page of a shared file a job reads stays cached (a later job can time a read of it).
 For untrusted code at scale use an external service (`SandboxFusion`).
 """
 
@@ -380,6 +382,7 @@ class Sandbox:
         self.cgroups = _Cgroups(limits) if os.geteuid() == 0 else None
         self.mountpoint = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-") if mode in ("root", "user") else ""
         self.hostroot = ""  # mode "none": the jobs' directories on the host
+        self.fifodir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")  # where each job's FIFOs are made
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.control = ours
         mounts = ":".join(f"{host}={inside}" for host, inside in _mounts())
@@ -421,6 +424,7 @@ class Sandbox:
             raise SandboxError(f"the sandbox did not start ({mode}): {err or 'no answer'}")
         self.uid = ready["uid"]
         self.seccomp = ready["seccomp"]  # "" when the filter is on, else why not
+        self.namespaces = ready.get("ns") or {}  # the zygote's IPC and pid namespaces (inode numbers)
         self.shared = str(ready.get("shared", "no answer"))  # "" where each job gets namespaces of its own, else why
         if self.shared and mode != "none" and _STATE.get("protections", {}).get("fresh_per_job"):
             # this machine gave each job its own namespaces when probed: a sandbox that cannot is a failure, not a
@@ -466,7 +470,7 @@ class Sandbox:
         self.control.close()
         if self.cgroups:
             self.cgroups.remove()
-        for path in (self.mountpoint, self.hostroot):
+        for path in (self.mountpoint, self.hostroot, getattr(self, "fifodir", "")):
             if path:
                 _remove_host_tree(path)
 
@@ -496,7 +500,10 @@ class Job:
         self.sandbox, self.limits = sandbox, sandbox.limits
         self.start = time.monotonic()
         self.deadline = self.start + timeout + 2.0  # the zygote kills at `timeout`; this is the host's backstop
-        pipes = [os.pipe() for _ in range(4)]
+        # FIFOs, not pipes, where the sandbox has a root of its own: a pipe's inode number, which the job reads with
+        # fstat, counts the pipes the host made before it (an earlier job's among them); a FIFO's is this host
+        # directory's file system's, which no job writes (sandbox_worker.REFUSED)
+        pipes = [sandbox_worker.fifo(sandbox.fifodir) if sandbox.mountpoint else os.pipe() for _ in range(4)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
         self.stdin, self.stdout, self.stderr, self.channel = pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]
         capped = set(sandbox.cgroups.kinds) if sandbox.cgroups else set()
@@ -696,10 +703,10 @@ try:
 except OSError:  # not there, or closed to this uid
     out["home"] = []
 out["uid"] = os.getuid()
-out["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
-out["ipc"] = os.stat("/proc/self/ns/ipc").st_ino
-out["pidns"] = os.stat("/proc/self/ns/pid").st_ino
 libc = ctypes.CDLL(None, use_errno=True)
+header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # capget: _LINUX_CAPABILITY_VERSION_3, this process
+caps = (ctypes.c_uint32 * 6)()
+out["caps"] = hex(caps[0] | caps[3] << 32) if libc.capget(header, caps) == 0 else "unknown"
 out["nested_userns"] = libc.unshare(0x10000000) == 0
 st = os.statvfs(".")
 out["disk_mb"] = st.f_blocks * st.f_frsize >> 20
@@ -730,6 +737,7 @@ def _probe(mode: str) -> dict | None:
         seen["read_only"] = seen["read_only"] and not os.path.exists(os.path.join(outside, "written"))
         seen["seccomp"] = box.seccomp
         seen["shared"] = box.shared
+        seen["ipc"], seen["pidns"] = box.namespaces.get("ipc"), box.namespaces.get("pid")
         seen["cgroups"] = list(box.cgroups.kinds) if box.cgroups else []
         seen["host_ipc"] = os.stat("/proc/self/ns/ipc").st_ino
         seen["host_pidns"] = os.stat("/proc/self/ns/pid").st_ino
@@ -790,7 +798,7 @@ def protections() -> dict[str, bool | str]:
             private_files=not seen["host_paths"] and not seen["home"], read_only_fs=seen["read_only"],
             network_isolated=seen["network"] and mode != "none", pid_namespace=seen["pidns"] != seen["host_pidns"],
             ipc_namespace=seen["ipc"] != seen["host_ipc"], no_nested_namespaces=not seen["nested_userns"],
-            capabilities_dropped=int(seen["caps"], 16) == 0,
+            capabilities_dropped=seen["caps"] == "0x0",
             memory_cap=any(k in seen["cgroups"] for k in ("memory", "v2")),
             cpu_cap="cpu" in seen["cgroups"] or "v2" in seen["cgroups"],
             process_limit=bool({"pids", "v2"} & set(seen["cgroups"])) or os.geteuid() != 0,

@@ -7,12 +7,13 @@ every catchable signal, marks itself non-dumpable, then waits on its control soc
 and four pipe ends (stdin, stdout, stderr, channel); the zygote forks a child for it, waits for it with the job's
 deadline, then kills every other process of the namespace (a daemon the code left behind) and answers with how the
 child ended. Where the kernel allows it (tried once at start, `probe_job_namespaces`), the child makes the job
-namespaces of its own (`job_in_namespaces`: user, pid, mount, IPC, network, with its own /proc and a tmpfs for its
+namespaces of its own (`job_in_namespaces`: user, pid, mount, IPC, network, with an empty /proc and a tmpfs for its
 directory), so nothing a job sets there is seen by the next; the job's process drops the capabilities that gave and
-installs the seccomp filter (no nested namespaces, no ptrace, no keyrings, no new mounts, no host-wide resources, no
-page-cache probes or eviction, sockets of three families). Else the zygote installs the filter on itself, and after
-each job removes the job's directory, what else it wrote under /tmp and its SysV objects. A job cannot signal pid 1
-of its namespace, cannot read its memory (non-dumpable) and never holds the control socket.
+installs the seccomp filter, an allow-list of the calls honest programs make (`ALLOWED`; no nested namespaces, no
+ptrace, no keyrings, no new mounts, no host-wide resources, no page-cache probes or eviction, no pidfds, sockets of
+three families). Else the job's process installs the filter all the same, and after each job the zygote removes
+the job's directory, what else it wrote under /tmp and its SysV objects. A job cannot signal pid 1 of its
+namespace, cannot read its memory (non-dumpable) and never holds the control socket.
 
 A job is one of:
   * "serve": the child loads the completion's code as module `solution`, then answers requests on stdin with
@@ -170,104 +171,202 @@ def read_frame(fd):
 # seccomp: a small BPF filter, no library needed
 # ---------------------------------------------------------------------------------------------------------------
 
+# The job's process runs under an allow-list: the system calls honest Python programs make (found by tracing
+# CPython running the 164 HumanEval canonical solutions and stdin programs with threads, deep recursion, gc, numpy,
+# asyncio, sockets, files, fork; bench/bench_sandbox_corpus.py), each allowed for a reason below. Anything else fails
+# with ENOSYS, as on a kernel without it (libc and Python fall back or raise OSError: the program degrades, it is not
+# killed); what is refused on purpose (REFUSED) fails with EPERM. A few allowed calls are allowed with some arguments
+# only (CHECKED). Numbers: {name: (x86_64, aarch64)}, None where the architecture has no such call.
+_NUMBERS = {
+    "read": (0, 63), "write": (1, 64), "readv": (19, 65), "writev": (20, 66), "pread64": (17, 67), "pwrite64": (18,
+    68), "preadv": (295, 69), "pwritev": (296, 70), "lseek": (8, 62), "close": (3, 57), "close_range": (436, 436),
+    "dup": (32, 23), "dup2": (33, None), "dup3": (292, 24), "fcntl": (72, 25), "open": (2, None), "openat": (257,
+    56), "creat": (85, None), "stat": (4, None), "fstat": (5, 80), "lstat": (6, None), "newfstatat": (262, 79),
+    "statx": (332, 291), "statfs": (137, 43), "fstatfs": (138, 44), "access": (21, None), "faccessat": (269, 48),
+    "faccessat2": (439, 439), "readlink": (89, None), "readlinkat": (267, 78), "getdents": (78, None), "getdents64":
+    (217, 61), "getcwd": (79, 17), "chdir": (80, 49), "fchdir": (81, 50), "mkdir": (83, None), "mkdirat": (258, 34),
+    "rmdir": (84, None), "unlink": (87, None), "unlinkat": (263, 35), "rename": (82, None), "renameat": (264, 38),
+    "renameat2": (316, 276), "link": (86, None), "linkat": (265, 37), "symlink": (88, None), "symlinkat": (266, 36),
+    "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "truncate": (76, 45), "ftruncate": (77, 46),
+    "fallocate": (285, 47), "fsync": (74, 82), "fdatasync": (75, 83), "utimensat": (280, 88), "utime": (132, None),
+    "utimes": (235, None), "futimesat": (261, None), "umask": (95, 166), "flock": (73, 32), "sendfile": (40, 71),
+    "copy_file_range": (326, 285), "getxattr": (191, 8), "lgetxattr": (192, 9), "fgetxattr": (193, 10), "listxattr":
+    (194, 11), "llistxattr": (195, 12), "flistxattr": (196, 13), "brk": (12, 214), "mmap": (9, 222), "munmap": (11,
+    215), "mremap": (25, 216), "mprotect": (10, 226), "msync": (26, 227), "mbind": (237, 235), "get_mempolicy":
+    (239, 236), "set_mempolicy": (238, 237), "fork": (57, None), "vfork": (58, None), "execve": (59, 221), "wait4":
+    (61, 260), "waitid": (247, 95), "exit": (60, 93), "exit_group": (231, 94), "set_tid_address": (218, 96),
+    "set_robust_list": (273, 99), "rseq": (334, 293), "futex": (202, 98), "gettid": (186, 178), "getpid": (39, 172),
+    "getppid": (110, 173), "getpgid": (121, 155), "getpgrp": (111, None), "setpgid": (109, 154), "getsid": (124,
+    156), "setsid": (112, 157), "getuid": (102, 174), "geteuid": (107, 175), "getgid": (104, 176), "getegid": (108,
+    177), "getresuid": (118, 148), "getresgid": (120, 150), "getgroups": (115, 158), "kill": (62, 129), "tkill":
+    (200, 130), "tgkill": (234, 131), "rt_sigaction": (13, 134), "rt_sigprocmask": (14, 135), "rt_sigreturn": (15,
+    139), "rt_sigpending": (127, 136), "rt_sigtimedwait": (128, 137), "rt_sigsuspend": (130, 133), "sigaltstack":
+    (131, 132), "pause": (34, None), "alarm": (37, None), "setitimer": (38, 103), "getitimer": (36, 102),
+    "timer_create": (222, 107), "timer_settime": (223, 110), "timer_gettime": (224, 108), "timer_getoverrun": (225,
+    109), "timer_delete": (226, 111), "sched_yield": (24, 124), "sched_getaffinity": (204, 123), "sched_getparam":
+    (143, 121), "sched_getscheduler": (145, 120), "sched_get_priority_max": (146, 125), "sched_get_priority_min":
+    (147, 126), "getpriority": (140, 141), "prlimit64": (302, 261), "getrlimit": (97, 163), "setrlimit": (160, 164),
+    "getrusage": (98, 165), "times": (100, 153), "uname": (63, 160), "arch_prctl": (158, None), "clock_gettime":
+    (228, 113), "clock_getres": (229, 114), "clock_nanosleep": (230, 115), "nanosleep": (35, 101), "gettimeofday":
+    (96, 169), "time": (201, None), "getrandom": (318, 278), "pipe": (22, None), "pipe2": (293, 59), "select": (23,
+    None), "pselect6": (270, 72), "poll": (7, None), "ppoll": (271, 73), "epoll_create": (213, None),
+    "epoll_create1": (291, 20), "epoll_ctl": (233, 21), "epoll_wait": (232, None), "epoll_pwait": (281, 22),
+    "epoll_pwait2": (441, 441), "eventfd": (284, None), "eventfd2": (290, 19), "bind": (49, 200), "listen": (50,
+    201), "accept": (43, 202), "accept4": (288, 242), "connect": (42, 203), "getsockname": (51, 204), "getpeername":
+    (52, 205), "sendto": (44, 206), "recvfrom": (45, 207), "sendmsg": (46, 211), "recvmsg": (47, 212), "sendmmsg":
+    (307, 269), "recvmmsg": (299, 243), "shutdown": (48, 210), "setsockopt": (54, 208), "getsockopt": (55, 209),
+    "getcpu": (309, 168), "restart_syscall": (219, 128), "clone": (56, 220), "prctl": (157, 167), "ioctl": (16, 29),
+    "madvise": (28, 233), "socket": (41, 198), "socketpair": (53, 199), "preadv2": (327, 286), "pwritev2": (328,
+    287), "fadvise64": (221, 223), "readahead": (187, 213), "unshare": (272, 97), "setns": (308, 268), "ptrace":
+    (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271), "keyctl": (250, 219), "add_key":
+    (248, 217), "request_key": (249, 218), "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323,
+    282), "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427), "mount":
+    (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51), "open_tree": (428, 428),
+    "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433,
+    433), "mount_setattr": (442, 442), "kcmp": (312, 272), "personality": (135, 92), "mq_open": (240, 180),
+    "io_setup": (206, 0), "io_destroy": (207, 1), "io_getevents": (208, 4), "io_submit": (209, 2), "io_cancel":
+    (210, 3), "io_pgetevents": (333, 292), "inotify_init": (253, None), "inotify_init1": (294, 26), "fanotify_init":
+    (300, 262), "syslog": (103, 116), "memfd_secret": (447, 447), "pidfd_getfd": (438, 438), "process_madvise":
+    (440, 440), "pidfd_open": (434, 434), "pidfd_send_signal": (424, 424), "name_to_handle_at": (303, 264),
+    "open_by_handle_at": (304, 265), "chown": (92, None), "fchown": (93, 55), "lchown": (94, None), "fchownat":
+    (260, 54), "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7), "removexattr": (197, 14),
+    "lremovexattr": (198, 15), "fremovexattr": (199, 16), "clone3": (435, 435)}
+ALLOWED = (
+    # files: the job's own directory (its tmpfs) read-write, the interpreter and packages read-only
+    "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "lseek", "close", "close_range",
+    "dup", "dup2", "dup3", "open", "openat", "creat", "stat", "fstat", "lstat", "newfstatat", "statx",
+    "statfs", "fstatfs", "access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64",
+    "getcwd", "chdir", "fchdir", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat",
+    "renameat2", "link", "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "truncate", "ftruncate",
+    "fallocate", "fsync", "fdatasync", "utimensat", "utime", "utimes", "futimesat", "umask", "sendfile",
+    "copy_file_range", "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+    # memory (numpy binds its pages' NUMA policy)
+    "brk", "mmap", "munmap", "mremap", "mprotect", "msync", "mbind", "get_mempolicy", "set_mempolicy",
+    # processes and threads (clone: CHECKED), signals, limits, identity
+    "fork", "vfork", "execve", "wait4", "waitid", "exit", "exit_group", "set_tid_address", "set_robust_list", "rseq",
+    "futex", "gettid", "getpid", "getppid", "getpgid", "getpgrp", "setpgid", "getsid", "setsid", "getuid", "geteuid",
+    "getgid", "getegid", "getresuid", "getresgid", "getgroups", "kill", "tkill", "tgkill", "rt_sigaction",
+    "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait", "rt_sigsuspend", "sigaltstack", "pause",
+    "alarm", "setitimer", "getitimer", "timer_create", "timer_settime", "timer_gettime", "timer_getoverrun",
+    "timer_delete", "sched_yield", "sched_getaffinity", "sched_getparam", "sched_getscheduler",
+    "sched_get_priority_max", "sched_get_priority_min", "getpriority", "prlimit64", "getrlimit", "setrlimit",
+    "getrusage", "times", "uname", "arch_prctl", "getcpu", "restart_syscall", "capget",  # (its own capabilities)
+    # time, randomness
+    "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time", "getrandom",
+    # polling (of the job's own descriptors: no new pipes or sockets, see REFUSED)
+    "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait",
+    "epoll_pwait2", "eventfd", "eventfd2",
+)
+# Refused with EPERM: nested namespaces, ptrace and another process's memory, keyrings, mounts, bpf / perf /
+# userfaultfd / io_uring; what holds a host-wide resource for the job's life or reads the host (Linux AIO takes from
+# fs.aio-max-nr, inotify / fanotify from the per-uid limits that uid 65534 shares with every sandbox and the host's own
+# "nobody", syslog reads the kernel log); pidfds (on Linux >= 6.9 a pidfd's inode number is a host-wide count of the
+# processes ever made: a job forking k times moved the next job's by k) and file handles (mount ids); ownership and
+# extended attributes (EPERM, as an unprivileged user gets for them: shutil.copy2 goes on without them). flock, and
+# fcntl's locks (FCNTL_COMMANDS): a lock on a file every sandbox reads (the interpreter's) is seen by a job of another
+# sandbox that runs at the same time.
+# New pipes and sockets, and what would read their inode numbers: pipefs and sockfs number their inodes from one
+# host-wide counter (get_next_ino, shared with /proc's per-process entries and memfds), so a job that made k pipes
+# moved by k the inode number of the next pipe anyone made, and the next job read its own pipe's number back with
+# fstat: 8 bits a job, exactly, on this machine. A job makes none (socket, socketpair, pipe, pipe2: EPERM; memfd and
+# SysV shared memory are not in the list), its own descriptors are FIFOs on file systems no job writes (a FIFO's
+# inode is its file system's: the host's, the zygote's), and its /proc is an empty read-only tmpfs.
+REFUSED = (
+    "pipe", "pipe2", "socket", "socketpair", "flock",
+    "unshare", "setns", "ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key", "request_key", "bpf",
+    "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "mount", "umount2",
+    "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "kcmp", "personality", "mq_open", "io_setup", "io_destroy", "io_getevents", "io_submit", "io_cancel",
+    "io_pgetevents", "inotify_init", "inotify_init1", "fanotify_init", "syslog", "memfd_secret", "pidfd_getfd",
+    "process_madvise", "pidfd_open", "pidfd_send_signal", "name_to_handle_at", "open_by_handle_at", "chown", "fchown",
+    "lchown", "fchownat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+)
+_AUDIT = {"x86_64": (0xC000003E, 0x40000000, 0), "aarch64": (0xC00000B7, 0, 1)}  # audit arch, x32 bit, column
 _NS_FLAGS = 0x7E020080  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
-# (audit arch, x32 bit or 0, {denied syscall: number}, clone, clone3, (socket, socketpair))
-# Denied beyond namespaces / ptrace / mounts: what holds a host-wide resource for the job's life or reads the host
-# (Linux AIO takes from fs.aio-max-nr, inotify / fanotify from the per-uid limits that uid 65534 shares with every
-# sandbox and the host's own "nobody", syslog reads the kernel log), and what no solution needs (memfd_secret,
-# another process's fds or memory advice).
-_ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, {
-        "unshare": 272, "setns": 308, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-        "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
-        "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-        "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
-        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 312,
-        "personality": 135, "mq_open": 240, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
-        "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333, "inotify_init": 253, "inotify_init1": 294,
-        "fanotify_init": 300, "syslog": 103, "memfd_secret": 447, "pidfd_getfd": 438, "process_madvise": 440},
-        56, 435, (41, 53)),
-    "aarch64": (0xC00000B7, 0, {
-        "unshare": 97, "setns": 268, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-        "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
-        "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-        "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "open_tree": 428, "move_mount": 429,
-        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "kcmp": 272,
-        "personality": 92, "mq_open": 180, "io_setup": 0, "io_destroy": 1, "io_submit": 2, "io_cancel": 3,
-        "io_getevents": 4, "io_pgetevents": 292, "inotify_init1": 26, "fanotify_init": 262, "syslog": 116,
-        "memfd_secret": 447, "pidfd_getfd": 438, "process_madvise": 440}, 220, 435, (198, 199)),
-}
+CLONE_PIDFD = 0x1000
 # The page cache of the files every sandbox sees read-only (the interpreter, its packages, /usr) is shared with the
-# host and with every later job: a job that evicts a page (fadvise DONTNEED) or reads one in leaves a bit that a later
-# job reads back without a trace (preadv2 RWF_NOWAIT fails with EAGAIN on a page not cached, mincore and cachestat
-# list what is cached), and evicting the whole tree cost the host gigabytes of cache in seconds. Advice that only
-# moves pages in or out of the cache is accepted and ignored (advice may be ignored: honest callers see success);
-# the probes fail as on a kernel without them (glibc's preadv2 then falls back to preadv when no flag is given).
-# sysinfo reads host-wide figures an earlier job moves (free memory after it filled the cache, the load after it
-# spun, the number of tasks). A page a job *reads* still stays cached: only a timed read tells, see docs.
-_CACHE = {
-    "x86_64": {"fadvise64": 221, "readahead": 187, "mincore": 27, "cachestat": 451, "preadv2": 327,
-               "pwritev2": 328, "sysinfo": 99, "madvise": 28},
-    "aarch64": {"fadvise64": 223, "readahead": 213, "mincore": 232, "cachestat": 451, "preadv2": 286,
-                "pwritev2": 287, "sysinfo": 179, "madvise": 233},
-}
+# host and with every later job: a job that evicts a page (fadvise DONTNEED, madvise PAGEOUT, preadv2 RWF_DONTCACHE)
+# or reads one in leaves a bit that a later job reads back without a trace (preadv2 RWF_NOWAIT fails with EAGAIN on a
+# page not cached, mincore and cachestat list what is cached), and evicting the whole tree cost the host gigabytes of
+# cache in seconds. Advice that only moves pages in or out of the cache is accepted and ignored (advice may be
+# ignored: honest callers see success); the probes are not in the allow-list (ENOSYS, as on a kernel without them),
+# preadv2 / pwritev2 take the flags that neither probe nor evict (RWF_NOWAIT, RWF_DONTCACHE and any flag added later
+# fail with EOPNOTSUPP, as an unsupported flag does). sysinfo (host-wide free memory, load, task count: figures an
+# earlier job moves) is not in the list. A page a job *reads* still stays cached: only a timed read tells, see docs.
 IGNORED = ("fadvise64", "readahead")  # succeed, do nothing
-ABSENT = ("mincore", "cachestat", "preadv2", "pwritev2", "sysinfo")  # ENOSYS
-MADV_IGNORED = (20, 21)  # MADV_COLD, MADV_PAGEOUT: reclaim advice, ignored (MADV_DONTNEED is malloc's, allowed)
-# The socket families a job may open: unix (socketpair, asyncio, multiprocessing), and IPv4 / IPv6, which reach
-# nothing in the sandbox's network namespace (its loopback is down). Every other family (AF_VSOCK: the hypervisor,
-# outside any network namespace; netlink: kernel events; AF_ALG, AF_PACKET, bluetooth, ...) is refused with
-# EAFNOSUPPORT, as on a kernel built without it.
-SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
+MADV_IGNORED = (20, 21, 25)  # MADV_COLD, MADV_PAGEOUT, MADV_COLLAPSE: ignored (MADV_DONTNEED is malloc's, allowed)
+RWF_ALLOWED = 0x37  # RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_APPEND | RWF_NOAPPEND
+# prctl options a program (or its libc) uses on itself; any other fails with EINVAL, as an unknown option does:
+# PDEATHSIG, DUMPABLE, NAME (set / get), GET_SECCOMP, SET_SECCOMP (a stricter filter of its own), CAPBSET_READ,
+# NO_NEW_PRIVS (set / get), PR_SET_VMA (glibc names its mappings)
+PRCTL_OPTIONS = (1, 2, 3, 4, 15, 16, 21, 22, 23, 38, 39, 0x53564D41)
+# ioctl requests of the terminal and non-blocking kind Python makes (isatty, os.set_blocking, the terminal's size,
+# FIONREAD); any other fails with ENOTTY, as on a file that has no such request
+IOCTLS = (0x5401, 0x540F, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451)  # TCGETS, TIOCGPGRP, TIOCGWINSZ, FIONREAD,
+# FIONBIO, FIONCLEX, FIOCLEX
+# fcntl commands on the descriptor itself: F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC,
+# F_GETPIPE_SZ. Any other fails with EINVAL, as an unknown command does: locks (F_SETLK, F_GETLK, the OFD ones:
+# see REFUSED), leases, dnotify (F_NOTIFY), and F_SETPIPE_SZ (a pipe's pages count against a budget of uid 65534's
+# that every sandbox shares).
+FCNTL_COMMANDS = (0, 1, 2, 3, 4, 1030, 1032)
+CHECKED = ("clone", "madvise", "prctl", "ioctl", "fcntl", "preadv2", "pwritev2") + IGNORED
+EPERM, ENOTTY, EINVAL, EOPNOTSUPP, ENOSYS = 1, 25, 22, 95, 38
+
+
+def syscall_numbers(machine):
+    """{name: number} of the calls the filter names, on `machine` (x86_64 or aarch64)."""
+    column = _AUDIT[machine][2]
+    return {name: pair[column] for name, pair in _NUMBERS.items() if pair[column] is not None}
 
 
 def seccomp_program(machine):
-    """The filter as a list of (code, jt, jf, k): kill on a foreign arch; EPERM for the denied calls (POSIX message
-    queues among them: they would outlive a job) and for clone with namespace flags; ENOSYS for clone3 (so libc
-    falls back to clone, whose flags can be checked) and the page-cache probes (ABSENT); success without effect for
-    the cache advice (IGNORED, madvise MADV_IGNORED); EAFNOSUPPORT for socket / socketpair of a family outside
-    SOCKET_FAMILIES."""
-    arch, x32, denied, clone, clone3, sockets = _ARCHES[machine]
-    cache = _CACHE[machine]
-    ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
-    allow, kill = 0x7FFF0000, 0x80000000
-    errno = 0x00050000
-    # what each checked syscall number leads to: an action (a return) or a check of its arguments
-    rules = [("eperm", n) for n in sorted(set(denied.values()))]
-    rules += [("ignore", cache[name]) for name in IGNORED] + [("enosys", cache[name]) for name in ABSENT]
-    rules += [("enosys", clone3), ("clone", clone), ("madvise", cache["madvise"])]
-    rules += [("socket", n) for n in sockets]
-    # blocks, each a list of (code, jt, jf, k) where a jump target may be a later block's name (BPF jumps forward)
-    blocks = {
-        "allow": [(ret, 0, 0, allow)],
-        "clone": [(ld, 0, 0, 16), (jset, "eperm", 0, _NS_FLAGS), (ret, 0, 0, allow)],  # arg 0: the flags
-        "madvise": [(ld, 0, 0, 32)] + [(jeq, "ignore", 0, advice) for advice in MADV_IGNORED]  # arg 2: the advice
-        + [(ret, 0, 0, allow)],
-        "socket": [(ld, 0, 0, 16)] + [(jeq, "family", 0, family) for family in SOCKET_FAMILIES]  # arg 0: the family
-        + [(ret, 0, 0, errno | 97)],  # EAFNOSUPPORT
-        "family": [(ret, 0, 0, allow)],
-        "eperm": [(ret, 0, 0, errno | 1)],
-        "enosys": [(ret, 0, 0, errno | 38)],
-        "ignore": [(ret, 0, 0, errno | 0)],  # returns 0: the call "succeeded" and did nothing
+    """The filter as a list of (code, jt, jf, k): kill on a foreign arch (and EPERM for x32 calls); for each checked
+    call its argument checks, for each allowed call ALLOW, for each refused call EPERM, and ENOSYS for everything
+    else; the calls' rules are found by a binary search on the number (`tree`)."""
+    arch, x32, _ = _AUDIT[machine]
+    numbers = syscall_numbers(machine)
+    ld, jeq, jset, jge, ja, ret = 0x20, 0x15, 0x45, 0x35, 0x05, 0x06
+    allow, kill, errno = 0x7FFF0000, 0x80000000, 0x00050000
+
+    def fail(code):
+        return (ret, 0, 0, errno | code)
+
+    def arg(index):  # the low 32 bits of argument `index` (seccomp_data: nr, arch, ip, then 6 64-bit args; LE)
+        return (ld, 0, 0, 16 + 8 * index)
+
+    def one_of(index, values, then, otherwise):
+        """`then` if argument `index` is one of `values`, else `otherwise` (two return instructions)."""
+        return [arg(index)] + [(jeq, len(values) - i, 0, v) for i, v in enumerate(values)] + [otherwise, then]
+
+    checks = {
+        "clone": [arg(0), (jset, 0, 1, _NS_FLAGS | CLONE_PIDFD), fail(EPERM), (ret, 0, 0, allow)],  # the flags
+        "madvise": one_of(2, MADV_IGNORED, fail(0), (ret, 0, 0, allow)),  # the advice; 0: "done"
+        "prctl": one_of(0, PRCTL_OPTIONS, (ret, 0, 0, allow), fail(EINVAL)),  # the option
+        "ioctl": one_of(1, IOCTLS, (ret, 0, 0, allow), fail(ENOTTY)),  # the request
+        "fcntl": one_of(1, FCNTL_COMMANDS, (ret, 0, 0, allow), fail(EINVAL)),  # the command
+        "preadv2": [arg(5), (jset, 0, 1, ~RWF_ALLOWED & 0xFFFFFFFF), fail(EOPNOTSUPP), (ret, 0, 0, allow)],
+        "pwritev2": [arg(5), (jset, 0, 1, ~RWF_ALLOWED & 0xFFFFFFFF), fail(EOPNOTSUPP), (ret, 0, 0, allow)],
+        **{name: [fail(0)] for name in IGNORED},
     }
+    rules = [(name, checks[name]) for name in CHECKED]
+    rules += [(name, [(ret, 0, 0, allow)]) for name in ALLOWED] + [(name, [fail(EPERM)]) for name in REFUSED]
+    rules = sorted((numbers[name], block) for name, block in rules if name in numbers)
+    assert len({number for number, _ in rules}) == len(rules)
+
+    def tree(rules):
+        """A search on the call's number: at most a few compares to its rule (the kernel runs the filter once per
+        call number when it installs it, to cache the calls it always allows; a list would cost ~2 ms a job)."""
+        if len(rules) <= 4:  # every block returns: past it, the accumulator still holds the call's number
+            return [row for number, block in rules for row in [(jeq, 0, len(block), number)] + block] + [fail(ENOSYS)]
+        low, high = tree(rules[:len(rules) // 2]), tree(rules[len(rules) // 2:])
+        return [(jge, 0, 1, rules[len(rules) // 2][0]), (ja, 0, 0, len(low))] + low + high
+
     body = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
     if x32:
-        body.append((jge, "eperm", 0, x32))
-    body += [(jeq, target, 0, number) for target, number in rules]
-    order = ["allow", "clone", "madvise", "socket", "family", "eperm", "enosys", "ignore"]
-    start, at = {}, len(body)
-    for name in order:
-        start[name] = at
-        at += len(blocks[name])
-    for name in order:
-        body += blocks[name]
-
-    def offset(target, here):
-        return target if type(target) is int else start[target] - here - 1
-
-    program = [(code, offset(jt, i), offset(jf, i), k) for i, (code, jt, jf, k) in enumerate(body)]
-    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in program)
-    return program
+        body += [(jge, 0, 1, x32), fail(EPERM)]
+    body += tree(rules)
+    assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in body) and len(body) < 4096
+    return body
 
 
 def install_seccomp(prepared=None):
@@ -287,12 +386,13 @@ def install_seccomp(prepared=None):
     return ""
 
 
-def prepare_seccomp():
-    """The filter as the kernel takes it (a sock_fprog), and '' ; or None and why there is none for this machine."""
+def prepare_seccomp(program=None):
+    """The filter (`program`, else the sandbox's) as the kernel takes it (a sock_fprog), and '' ; or None and why
+    there is none for this machine."""
     import ctypes
 
     machine = os.uname().machine
-    if machine not in _ARCHES:
+    if machine not in _AUDIT:
         return None, f"no seccomp filter for {machine}"
 
     class Filter(ctypes.Structure):
@@ -301,7 +401,7 @@ def prepare_seccomp():
     class Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
 
-    program = seccomp_program(machine)
+    program = program or seccomp_program(machine)
     filters = (Filter * len(program))(*[Filter(*row) for row in program])
     prog = Prog(len(program), filters)
     prog.keep = filters  # the array must live as long as the struct that points at it
@@ -314,8 +414,9 @@ def prepare_seccomp():
 
 # A job's own user, pid, mount, IPC and network namespaces, made by the zygote's child for each job and gone with
 # it. What the kernel keeps per namespace starts fresh for every job, so nothing one job sets there reaches the next:
-# the pid counter (a job forking k times moved the next job's pid by k), its /proc (mounted anew, showing only its
-# own processes: no /proc/stat, loadavg, meminfo or /proc/sys, whose host-wide counters a job moves), a tmpfs for
+# the pid counter (a job forking k times moved the next job's pid by k), its /proc (an empty read-only tmpfs: no
+# /proc/stat, loadavg, meminfo or /proc/sys, whose host-wide counters a job moves, and no per-process entries,
+# numbered by the host-wide counter pipes use, see REFUSED), a tmpfs for
 # its directory (its inode counter: a job creating k files moved the next job's inode numbers by k), SysV IPC, and
 # the network stack's counters (/proc/net/snmp counts the packets a job failed to send). The user namespace is what
 # lets an unprivileged zygote make the others; it maps the zygote's own uid and gid only, and every capability it
@@ -370,7 +471,7 @@ def _enter_job_namespaces(libc):
 
 
 def _job_mounts(libc, workdir, tmp_mb):
-    """In pid 1 of the job's namespaces: its own /proc (its processes only: `subset=pid`) and its own tmpfs on
+    """In pid 1 of the job's namespaces: an empty read-only /proc (nothing of proc) and its own tmpfs on
     `workdir` (the sandbox's size, so inode numbers start afresh; /tmp around it stays the sandbox's, read-only),
     with `workdir`/job in it. Returns the job's directory."""
     flags = _MS_NOSUID | _MS_NODEV
@@ -378,7 +479,9 @@ def _job_mounts(libc, workdir, tmp_mb):
     _check(libc.mount(None, b"/tmp", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None), "read-only /tmp")
     _check(libc.mount(b"sandbox-job-tmp", workdir.encode(), b"tmpfs", flags, f"size={tmp_mb}m,mode=700".encode()),
            "tmpfs")
-    _check(libc.mount(b"proc", b"/proc", b"proc", flags | _MS_NOEXEC, b"subset=pid"), "proc")
+    # no /proc: its per-process entries take their inode numbers from the host-wide counter pipes use (see REFUSED)
+    _check(libc.mount(b"sandbox-no-proc", b"/proc", b"tmpfs", flags | _MS_NOEXEC | _MS_RDONLY, b"size=4k,mode=555"),
+           "/proc")
     job = os.path.join(workdir, "job")
     os.mkdir(job, 0o700)
     return job
@@ -455,6 +558,28 @@ def _setup_failed(why, fds):
         os._exit(SETUP_FAILED)
 
 
+def _trial_seccomp(seccomp):
+    """'' where a child of this process can install the filter, else why not (jobs that share the zygote's
+    namespaces install it in their own process: the zygote itself needs calls the allow-list leaves out)."""
+    if seccomp[0] is None:
+        return seccomp[1]
+    why_r, why_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(why_r)
+        try:
+            why = install_seccomp(seccomp)
+        except BaseException as err:
+            why = f"seccomp: {err}"
+        os.write(why_w, why.encode()[:500])
+        os._exit(0)
+    os.close(why_w)
+    os.waitpid(pid, 0)
+    why = os.read(why_r, 1000).decode("utf-8", "replace")
+    os.close(why_r)
+    return why
+
+
 def probe_job_namespaces(workdir, tmp_mb, seccomp):
     """'' where each job can get namespaces of its own here (a trial job runs through them), else why not."""
     import select
@@ -481,6 +606,22 @@ def probe_job_namespaces(workdir, tmp_mb, seccomp):
 # ---------------------------------------------------------------------------------------------------------------
 # The zygote and its children
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def fifo(directory):
+    """A pipe's two ends as a FIFO made (and unlinked at once) in `directory`: unlike a pipe, whose inode number comes
+    from a host-wide counter that jobs' pipes and /proc entries move, a FIFO's is its file system's (see REFUSED)."""
+    import secrets
+
+    path = os.path.join(directory, ".fifo-" + secrets.token_hex(8))
+    os.mkfifo(path, 0o600)
+    try:
+        read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        write = os.open(path, os.O_WRONLY)
+    finally:
+        os.unlink(path)
+    os.set_blocking(read, True)
+    return read, write
 
 
 def remove_tree(path):
@@ -828,6 +969,63 @@ class _Quitter:
         raise SystemExit(code)
 
 
+class _SelfPipeEnd:
+    """One end of asyncio's self-pipe (the loop's wake-up), over an eventfd the two ends share: a job makes no
+    sockets (REFUSED), and an eventfd's inode is the one every eventfd shares."""
+
+    def __init__(self, shared):
+        self.shared = shared
+
+    def fileno(self):
+        return self.shared[0]
+
+    def setblocking(self, flag):
+        os.set_blocking(self.shared[0], flag)
+
+    def send(self, data):
+        os.eventfd_write(self.shared[0], 1)
+        return len(data)
+
+    def recv(self, size):
+        os.eventfd_read(self.shared[0])  # BlockingIOError when nothing was sent: what asyncio expects
+        return b"\0"
+
+    def close(self):
+        if self.shared[0] >= 0:
+            os.close(self.shared[0])
+            self.shared[0] = -1
+
+
+def _make_self_pipe(loop):
+    shared = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)]
+    loop._ssock, loop._csock = _SelfPipeEnd(shared), _SelfPipeEnd(shared)
+    loop._internal_fds += 1
+    loop._add_reader(shared[0], loop._read_from_self)
+
+
+class _SelfPipeFinder:
+    """Gives asyncio's selector event loop the self-pipe above once asyncio.selector_events loads (it would make a
+    socketpair), so honest programs that run `asyncio.run` keep working."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "asyncio.selector_events":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is not None and hasattr(loader, "exec_module"):
+            run = loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                module.BaseSelectorEventLoop._make_self_pipe = _make_self_pipe
+
+            loader.exec_module = exec_module
+        return spec
+
+
 def _join_threads():
     """Wait for the program's threads as an interpreter does at its exit (the common idiom runs `main` in a
     `threading.Thread` with a bigger stack, and returns at once): its output is read after they end, or at the job's
@@ -845,7 +1043,7 @@ def _child(header, fds, workdir, report_fd=-1):
     import ctypes
     import resource
 
-    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again: its own /proc/self is readable; the zygote stays closed
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again (its own /proc/self, where it has one); the zygote not
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     if report_fd >= 0:  # the run-time monitor's pipe to the zygote: fd 4
@@ -868,6 +1066,8 @@ def _child(header, fds, workdir, report_fd=-1):
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
     sys.argv = ["main.py"]
+    if hasattr(os, "eventfd"):
+        sys.meta_path.insert(0, _SelfPipeFinder())
     import builtins
 
     builtins.exit, builtins.quit = _Quitter("exit"), _Quitter("quit")  # before the monitor's baseline of builtins
@@ -1116,7 +1316,7 @@ def zygote(control_fd, workdir, pidns):
     of its own pid, IPC and mount namespaces. Where each job can get namespaces of its own (`job_in_namespaces`,
     tried once here), nothing a job leaves is in the zygote's: the job's /tmp, /proc, pids and IPC objects go with
     its namespaces, and its process installs the seccomp filter (the zygote cannot: the filter refuses namespaces).
-    Else the zygote installs the filter on itself, and after each job `workdir` is emptied and reset and, with
+    Else each job's process installs the filter after its fork, and after each job `workdir` is emptied and reset and, with
     `pidns`, every other process, every SysV object and anything written under /tmp is removed (else only the job's
     process group is killed)."""
     import select
@@ -1134,9 +1334,10 @@ def zygote(control_fd, workdir, pidns):
         st = os.statvfs("/tmp")  # the sandbox's tmpfs: each job's own gets its size
         tmp_mb = max(1, st.f_blocks * st.f_frsize >> 20)
         shared = probe_job_namespaces(workdir, tmp_mb, seccomp) if seccomp[0] is not None else seccomp[1]
-    why = seccomp[1] if not shared else install_seccomp(seccomp)
+    why = seccomp[1] if not shared else _trial_seccomp(seccomp)
     control = socket.socket(fileno=control_fd)
-    write_frame(control_fd, {"ready": True, "uid": os.getuid(), "seccomp": why, "shared": shared})
+    namespaces = {kind: os.stat(f"/proc/self/ns/{kind}").st_ino for kind in ("ipc", "pid")}  # for protections()
+    write_frame(control_fd, {"ready": True, "uid": os.getuid(), "seccomp": why, "shared": shared, "ns": namespaces})
     while True:
         try:  # a frame: 4 bytes of length (the job's pipes ride on them), then the JSON header
             head, fds, _, _ = socket.recv_fds(control, 4, 4)
@@ -1153,7 +1354,9 @@ def zygote(control_fd, workdir, pidns):
             jobdir = "" if not shared else _fresh(workdir)  # a new directory for the job, nothing of the one before
         except OSError:
             return
-        report_r, report_w = os.pipe()  # the run-time monitor's events (install_monitor), read after the job
+        # the run-time monitor's events (install_monitor), read after the job: a FIFO where jobs have namespaces of
+        # their own (none writes `workdir` then), else a pipe (a job of this uid could open a FIFO's path there)
+        report_r, report_w = fifo(workdir) if not shared else os.pipe()
         status_r, status_w = os.pipe()  # the job's wait status, from pid 1 of its namespaces
         pid = os.fork()
         if pid == 0:
@@ -1162,6 +1365,8 @@ def zygote(control_fd, workdir, pidns):
             os.close(status_r)
             if not shared:
                 job_in_namespaces(header, fds, workdir, report_w, status_w, tmp_mb, seccomp)
+            elif not why and install_seccomp(seccomp):  # the job's own filter (the zygote keeps none)
+                _setup_failed("seccomp", fds)
             os.close(status_w)
             _child(header, fds, jobdir, report_w)
         os.close(report_w)
