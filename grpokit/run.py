@@ -492,8 +492,10 @@ class GRPOTrainer:
             kwargs.setdefault("use_cpu", True)  # transformers refuses bf16 without a GPU unless told it is a CPU run
         share_prompts = config.share_prompts
         if share_prompts and self.backend == "unsloth" and torch.cuda.is_available():
-            # Unsloth's GPU trainer replaces the log-prob pass with its own kernels; sharing stays out of its way.
-            log.info("share_prompts: not used with Unsloth's GPU trainer (it computes log-probs with its own kernels).")
+            # Unsloth's GPU trainer scores the policy inside its fused loss (unsloth_zoo grpo_accumulated_loss), which
+            # has its own shared-prefix forward (PrefixGrouper) for blocks of consecutive rows with one prompt.
+            log.info("share_prompts: not used with Unsloth's GPU trainer (its fused loss computes log-probs with its "
+                     "own kernels and its own shared-prefix forward, UNSLOTH_GRPO_PREFIX_GROUPER).")
             share_prompts = False
         self.threads.update()  # before the engine starts: it takes the chosen count
         # [engines] the chosen generation engine, built once and kept across the run's trainers
