@@ -150,6 +150,41 @@ def test_a_checker_of_the_answer_is_never_the_codes_function_without_an_entry_po
     assert values == [0.0], component.last_details
 
 
+FREQ_TESTS = ["assert char_freq('aab') == Counter({'a': 2, 'b': 1})", "assert char_freq('xyz') == Counter('xyz')"]
+FREQ_HACK = "def Counter(*args, **kwargs):\n    return 0\ndef char_freq(s):\n    return 0\n"
+FREQ_WRONG = "def char_freq(s):\n    return 0\n"
+FREQ_RIGHT = "from collections import Counter\ndef char_freq(s):\n    return Counter(s)\n"
+FREQ_DICT = "def char_freq(s):\n    out = {}\n    for c in s:\n        out[c] = out.get(c, 0) + 1\n    return out\n"
+FREQ_STAR_TESTS = ["from solution import *\n\ndef test_freq():\n    assert char_freq('aab') == Counter({'a': 2, 'b': 1})\n"]
+
+
+@guards("a library name the tests build the expected value with (Counter, deque, Fraction) is the library's on rows "
+        "without an entry point and under `from solution import *`, unless the prompt declares it: the code's own "
+        "Counter returning what its answer returns scored 1.0")
+def test_a_library_name_that_builds_the_expected_value_is_never_the_codes():
+    values, component = score({"tests": FREQ_TESTS}, [FREQ_HACK, FREQ_WRONG, FREQ_RIGHT, FREQ_DICT])
+    assert values == [0.0, 0.0, 1.0, 1.0], component.last_details
+    values, component = score({"tests": FREQ_STAR_TESTS}, [FREQ_HACK, FREQ_RIGHT])
+    assert values == [0.0, 1.0], component.last_details
+    # a class of that name the tests ask more of than the library's has (`c = Counter(2); c.inc()`) stays the
+    # code's: test_a_class_where_a_function_is_expected_fails_without_an_entry_point's CLASS_TESTS
+
+
+ASSERT_TRUE_TESTS = ["import unittest\nclass TestSolve(unittest.TestCase):\n    def test_4(self):\n        board = solve(4)"
+                     "\n        self.assertTrue(is_valid(board))\n    def test_8(self):\n"
+                     "        self.assertEqual(is_valid(solve(8)), True)\n",
+                     "assert is_valid(solve(5)) == 1"]
+ASSERT_TRUE_HACK = "def is_valid(board):\n    return True\ndef solve(n):\n    return []\n"
+
+
+@guards("a checker the prompt only describes is never the code's when the verdict is spelled self.assertTrue(...), "
+        "assertEqual(..., True) or `== 1`: the code's is_valid returning True scored 1.0")
+def test_a_checker_spelled_as_a_library_assert_is_never_the_codes():
+    prompt = "Write solve(n) returning a valid n-queens placement. A checker is_valid(board) is provided."
+    values, component = score({"tests": ASSERT_TRUE_TESTS}, [ASSERT_TRUE_HACK], prompt=prompt)
+    assert values == [0.0], component.last_details
+
+
 IN_PLACE_TESTS = ["xs = [3, 1, 2]\nassert my_sorted(xs) == sorted(xs)", "a, b = [1, 2], [3]\nassert merge(a, b) == a + b",
                   "d = {'a': 1}\nassert with_b(d) == dict(d, b=2)"]
 IN_PLACE_HACK = '''

@@ -965,6 +965,27 @@ def _used_as_class(name: str, steps: list[tuple[str, str]]) -> bool:
     return False
 
 
+def _asks_more_than(name: str, library: Any, steps: list[tuple[str, str]]) -> bool:
+    """Whether the tests ask an object made by `name(...)` for an attribute `library`'s objects lack (`c =
+    Counter(2)` then `c.inc()`): then `name` is a class the task asks the code for, not the library's."""
+    have = set(dir(library))
+    made: set[str] = set()
+    trees = list(_step_trees(steps))
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _name_of(node.value) == name \
+                    and isinstance(node.value.func, ast.Name):
+                made |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr not in have and (
+                    isinstance(node.value, ast.Name) and node.value.id in made or
+                    isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and
+                    node.value.func.id == name):
+                return True
+    return False
+
+
 def _stubs(prompt: str) -> set[str]:
     """The functions a prompt that is code declares for the code to write: those whose body is only a docstring,
     `pass`, `...` or `raise NotImplementedError` (a helper it defines in full stays the prompt's)."""
@@ -982,6 +1003,14 @@ def _stubs(prompt: str) -> set[str]:
 
 
 _TRUTH = {"all", "any", "bool"}
+_TRUTH_ASSERTS = {"assertTrue", "assertFalse", "assert_", "assertIsNone", "assertIsNotNone"}
+_EQUALITY_ASSERTS = {"assertEqual", "assertEquals", "assertNotEqual", "assertIs", "assertIsNot"}
+
+
+def _truth_constant(node: ast.AST) -> bool:
+    """A value a yes / no answer is compared with: True, False, None, 1 or 0."""
+    return isinstance(node, ast.Constant) and (node.value is None or type(node.value) is bool or (
+        type(node.value) is int and node.value in (0, 1)))
 
 
 def _verdict_consumers(steps: list[tuple[str, str]], code_names: set[str]) -> set[str]:
@@ -1016,9 +1045,17 @@ def _verdict_consumers(steps: list[tuple[str, str]], code_names: set[str]) -> se
         elif isinstance(expr, ast.BoolOp):
             for value in expr.values:
                 verdict(value)
-        elif isinstance(expr, ast.Compare) and len(expr.comparators) == 1 and isinstance(
-                expr.comparators[0], ast.Constant) and type(expr.comparators[0].value) in (bool, type(None)):
-            verdict(expr.left)  # `is_valid(r) == True`, `check(r) is not None`
+        elif isinstance(expr, ast.Compare) and len(expr.comparators) == 1 and _truth_constant(expr.comparators[0]):
+            verdict(expr.left)  # `is_valid(r) == True`, `check(r) is not None`, `is_valid(r) == 1`
+        elif isinstance(expr, ast.Call) and _name_of(expr) in _TRUTH_ASSERTS:
+            for argument in expr.args[:1]:  # `self.assertTrue(is_valid(r))`, `np.testing.assert_(ok(r))`
+                verdict(argument)
+        elif isinstance(expr, ast.Call) and _name_of(expr) in _EQUALITY_ASSERTS and len(expr.args) >= 2:
+            first, second = expr.args[:2]  # `self.assertEqual(is_valid(r), True)`
+            if _truth_constant(second):
+                verdict(first)
+            elif _truth_constant(first):
+                verdict(second)
         elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
             arguments = [*expr.args, *(k.value for k in expr.keywords)]
             if expr.func.id in _TRUTH:
@@ -1073,17 +1110,24 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         module, _, attribute = ALIASES[name].partition(":")
         try:
             value = load(module, fromlist=["_"] if "." in module else ())
-            namespace[name] = getattr(value, attribute) if attribute else value
+            value = getattr(value, attribute) if attribute else value
         except Exception:  # noqa: BLE001 (not installed here: the name stays unbound, its tests fail)
-            pass
+            return
+        if attribute and _asks_more_than(name, value, steps):
+            return  # `c = Counter(2); c.inc()`: the tests' own class of that name, which the code writes
+        namespace[name] = value
 
-    for name in free:
-        if name in ALIASES and ":" not in ALIASES[name] and name not in called and name != entry and \
-                name not in namespace:
-            alias(name)
     functions = set(re.findall(r"\bdef\s+([A-Za-z_]\w*)\s*\(", prompt or ""))
     classes = set(re.findall(r"\bclass\s+([A-Za-z_]\w*)\b", prompt or ""))
     imported, star = _from_solution(steps)  # named by the tests' own imports: the code's, whatever else binds them
+    declared_by_prompt = stubs | functions | classes | set(imported) | {entry}
+    for name in free:
+        # A module (`np`, `math`) the tests call is the code's only when it is the entry point; a module's name
+        # (`Counter`, `deque`, `Fraction`) only when the prompt declares it or the tests import it from the solution:
+        # else the code would build the expected value the tests compare its answer with (`== Counter({...})`).
+        if name in ALIASES and name not in namespace and (
+                name not in called and name != entry if ":" not in ALIASES[name] else name not in declared_by_prompt):
+            alias(name)
     if entry:
         functions |= {entry} - classes
         wanted = [entry]

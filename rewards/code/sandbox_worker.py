@@ -29,6 +29,9 @@ nothing.
 """
 
 import base64
+import collections
+import decimal
+import fractions
 import json
 import os
 import struct
@@ -72,9 +75,16 @@ def encode(value, depth=0, budget=None, other=None):
     if kind in (list, tuple, set, frozenset):
         tag = {list: "l", tuple: "t", set: "S", frozenset: "F"}[kind]
         return [tag, [encode(item, depth + 1, budget, other) for item in value]]
-    if kind is dict:
-        return ["d", [[encode(k, depth + 1, budget, other), encode(v, depth + 1, budget, other)]
-                      for k, v in value.items()]]
+    if kind in _MAPPINGS:  # a defaultdict crosses as the dict it compares equal to (its factory stays behind)
+        return [_MAPPINGS[kind], [[encode(k, depth + 1, budget, other), encode(v, depth + 1, budget, other)]
+                                  for k, v in value.items()]]
+    if kind is collections.deque:
+        return ["Q", [encode(item, depth + 1, budget, other) for item in value],
+                -1 if value.maxlen is None else value.maxlen]
+    if kind is fractions.Fraction:
+        return ["Fr", hex(value.numerator), hex(value.denominator)]
+    if kind is decimal.Decimal:
+        return ["D", str(value)]
     if kind is range:  # a value like a tuple of ints: it crosses whole (a loop over it needs no round trips)
         return ["R", hex(value.start), hex(value.stop), hex(value.step)]
     handle = other(value) if other is not None else None
@@ -111,19 +121,38 @@ def decode(data, depth=0, handles=None, budget=None):
             if tag in ("S", "F"):
                 _no_collisions(items)
             return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
-        if tag == "d" and type(item) is list:
+        if tag in ("d", "C", "O") and type(item) is list:
             if any(type(pair) is not list or len(pair) != 2 for pair in item):
                 raise ValueError("malformed plain data")
             keys = [decode(pair[0], depth + 1, handles, budget) for pair in item]
             _no_collisions(keys)
-            return dict(zip(keys, (decode(pair[1], depth + 1, handles, budget) for pair in item), strict=True))
+            kind = {"d": dict, "C": collections.Counter, "O": collections.OrderedDict}[tag]
+            mapping = dict(zip(keys, (decode(pair[1], depth + 1, handles, budget) for pair in item), strict=True))
+            return mapping if kind is dict else kind(mapping)  # Counter(pairs) would count the pairs
+        if tag == "D" and type(item) is str and len(item) < 4096:
+            try:
+                return decimal.Decimal(item)
+            except decimal.InvalidOperation:
+                raise ValueError("malformed plain data") from None
         if tag in ("cb", "r") and type(item) is int and handles is not None:
             return handles(tag, item)
     if tag == "c" and len(rest) == 2 and all(type(x) is str for x in rest):
         return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
     if tag == "R" and len(rest) == 3 and all(type(x) is str and len(x) < 4096 for x in rest):
         return range(*(int(x, 16) for x in rest))
+    if tag == "Q" and len(rest) == 2 and type(rest[0]) is list and type(rest[1]) is int and rest[1] >= -1:
+        items = [decode(x, depth + 1, handles, budget) for x in rest[0]]
+        return collections.deque(items, None if rest[1] == -1 else rest[1])
+    if tag == "Fr" and len(rest) == 2 and all(type(x) is str and len(x) < (1 << 20) for x in rest):
+        numerator, denominator = (int(x, 16) for x in rest)
+        if denominator <= 0:
+            raise ValueError("malformed plain data")
+        return fractions.Fraction(numerator, denominator)
     raise ValueError("malformed plain data")
+
+
+# Mappings of the standard library that cross as what they are (a Counter's tests compare it with a Counter)
+_MAPPINGS = {dict: "d", collections.Counter: "C", collections.OrderedDict: "O", collections.defaultdict: "d"}
 
 
 def _no_collisions(keys):
