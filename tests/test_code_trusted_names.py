@@ -185,6 +185,65 @@ def test_a_checker_spelled_as_a_library_assert_is_never_the_codes():
     assert values == [0.0], component.last_details
 
 
+CHECKER_PROMPT_WORDS = "Write solve(n) returning a valid n-queens placement. A checker is_valid(board) is provided."
+CHECKER_SPELLINGS = {
+    "stored": ["ok = is_valid(solve(4))\nassert ok", "r = solve(8)\nres = is_valid(r)\nassert res"],
+    "in a helper": ["def _check(n):\n    board = solve(n)\n    return is_valid(board)\nassert _check(4)"],
+    "constant on the left": ["assert True == is_valid(solve(4))"],
+    "assertIn": ["import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+                 "        self.assertIn(True, [is_valid(solve(4))])\n"],
+    "map": ["assert all(map(is_valid, [solve(4), solve(8)]))"],
+    "numpy's assert_equal": ["import numpy as np\nnp.testing.assert_equal(is_valid(solve(4)), True)\nassert True"],
+    "assertGreater": ["import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+                      "        self.assertGreater(is_valid(solve(4)), 0)\n"],
+    "a lambda": ["ok = lambda b: is_valid(b)\nassert ok(solve(4))"],
+    "== 1.0": ["assert is_valid(solve(4)) == 1.0"],
+    "keyword": ["import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n"
+                "        self.assertTrue(expr=is_valid(solve(4)))\n"],
+    "a sum": ["bs = [solve(4), solve(8)]\nassert sum(is_valid(b) for b in bs) == len(bs)"],
+    "import * beside an entry point": ["from solution import *\n\ndef test_a():\n    ok = is_valid(solve(4))\n"
+                                       "    assert ok\n"],
+}
+
+
+@guards("a checker the prompt describes is never the code's in any spelling of the verdict (stored, in a helper or a "
+        "lambda, a constant on the left, assertIn / assertGreater / numpy's assert_equal, map, a sum, a keyword, "
+        "import * beside an entry point): each paid 1.0 to a code whose own is_valid says yes")
+@pytest.mark.parametrize("spelling", sorted(CHECKER_SPELLINGS))
+def test_every_spelling_of_a_checkers_verdict_is_never_the_codes(spelling):
+    columns = {"tests": CHECKER_SPELLINGS[spelling]}
+    if spelling.startswith("import *"):
+        columns["entry_point"] = "solve"
+    values, component = score(columns, [ASSERT_TRUE_HACK], prompt=CHECKER_PROMPT_WORDS)
+    assert values == [0.0], component.last_details
+
+
+@guards("a name the tests build the expected value with is the standard library's, whatever the code defines under "
+        "it (permutations, sqrt: not in the alias table), and a library class named in the prompt's prose is not "
+        "declared by it; honest answers of the library's types (Counter, deque, Fraction, Decimal) still pass")
+def test_what_builds_the_expected_value_is_never_the_codes():
+    perms = ["assert perms('ab') == list(permutations('ab'))", "assert perms('abc') == list(permutations('abc'))"]
+    values, component = score({"tests": perms}, ["def permutations(*a):\n    return []\ndef perms(s):\n    return []\n",
+                                                 "import itertools\ndef perms(s):\n"
+                                                 "    return list(itertools.permutations(s))\n"])
+    assert values == [0.0, 1.0], component.last_details
+    hyp = ["assert hyp(3, 4) == sqrt(25)", "assert hyp(1, 1) == sqrt(2)"]
+    values, component = score({"tests": hyp}, ["def sqrt(x):\n    return 0\ndef hyp(a, b):\n    return 0\n",
+                                               "import math\ndef hyp(a, b):\n    return math.hypot(a, b)\n"])
+    assert values == [0.0, 1.0], component.last_details
+    values, component = score({"tests": FREQ_TESTS}, [FREQ_HACK],
+                              prompt="Write char_freq(s). Hint: the class Counter from collections is handy.")
+    assert values == [0.0], component.last_details
+    honest = {"assert last3([1, 2, 3, 4]) == deque([2, 3, 4], maxlen=3)":
+              "from collections import deque\ndef last3(xs):\n    return deque(xs, maxlen=3)\n",
+              "assert half(3) == Fraction(3, 2)": "from fractions import Fraction\ndef half(x):\n    return Fraction(x, 2)\n",
+              "assert dsum('0.1', '0.2') == Decimal('0.3')":
+              "from decimal import Decimal\ndef dsum(a, b):\n    return Decimal(a) + Decimal(b)\n"}
+    for test, code in honest.items():
+        values, component = score({"tests": [test]}, [code])
+        assert values == [1.0], (test, component.last_details)
+
+
 IN_PLACE_TESTS = ["xs = [3, 1, 2]\nassert my_sorted(xs) == sorted(xs)", "a, b = [1, 2], [3]\nassert merge(a, b) == a + b",
                   "d = {'a': 1}\nassert with_b(d) == dict(d, b=2)"]
 IN_PLACE_HACK = '''

@@ -967,15 +967,24 @@ def _used_as_class(name: str, steps: list[tuple[str, str]]) -> bool:
 
 def _asks_more_than(name: str, library: Any, steps: list[tuple[str, str]]) -> bool:
     """Whether the tests ask an object made by `name(...)` for an attribute `library`'s objects lack (`c =
-    Counter(2)` then `c.inc()`): then `name` is a class the task asks the code for, not the library's."""
+    Counter(2)` then `c.inc()`, the variable bound only that way in all the tests): then `name` is a class the task
+    asks the code for, not the library's."""
     have = set(dir(library))
-    made: set[str] = set()
     trees = list(_step_trees(steps))
+    made: set[str] = set()
+    other: set[str] = set()
     for tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _name_of(node.value) == name \
-                    and isinstance(node.value.func, ast.Name):
-                made |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                ours = isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(
+                    node.value.func, ast.Name) and node.value.func.id == name and all(
+                    isinstance(t, ast.Name) for t in targets)
+                (made if ours else other).update(names)
+            elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension | ast.With | ast.AsyncWith):
+                other |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    made -= other
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr not in have and (
@@ -984,6 +993,69 @@ def _asks_more_than(name: str, library: Any, steps: list[tuple[str, str]]) -> bo
                     node.value.func.id == name):
                 return True
     return False
+
+
+def _code_classes(prompt: str) -> set[str]:
+    """The classes a prompt that is code defines (parsed, not searched for in prose)."""
+    try:
+        return {n.name for n in ast.parse(prompt).body if isinstance(n, ast.ClassDef)} if prompt else set()
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+
+
+def _expected_builders(steps: list[tuple[str, str]], candidates: set[str]) -> set[str]:
+    """Of the names the tests call, those they call only on the expected side of an equality whose other side calls
+    another of them (`assert perms(s) == list(permutations(s))`, `assertEqual(hyp(3, 4), sqrt(25))`): they build the
+    expected value, so they are never the code's."""
+    sides: dict[str, set[str]] = {name: set() for name in candidates}
+
+    def called(node: ast.AST) -> set[str]:
+        return {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                and n.func.id in candidates}
+
+    pairs = []
+    for tree in _step_trees(steps):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq | ast.NotEq):
+                pairs.append((node.left, node.comparators[0]))
+            elif isinstance(node, ast.Call) and _name_of(node) in _EQUALITY_ASSERTS and len(node.args) >= 2:
+                pairs.append((node.args[0], node.args[1]))
+    for actual, expected in pairs:
+        for name in called(actual):
+            sides[name].add("actual")
+        if called(actual):
+            for name in called(expected) - called(actual):
+                sides[name].add("expected")
+        else:
+            for name in called(expected):
+                sides[name].add("actual")
+    everywhere: dict[str, int] = {name: 0 for name in candidates}
+    for tree in _step_trees(steps):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in everywhere:
+                everywhere[node.func.id] += 1
+    in_pairs: dict[str, int] = {name: 0 for name in candidates}
+    for _, expected in pairs:
+        for node in ast.walk(expected):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in in_pairs:
+                in_pairs[node.func.id] += 1
+    return {name for name, seen in sides.items() if seen == {"expected"} and in_pairs[name] == everywhere[name]}
+
+
+# Where a name the tests build an expected value with comes from (`sqrt`, `permutations`, `reduce`): the first of
+# these trusted modules that has it.
+_STDLIB_FUNCTION_MODULES = ("math", "itertools", "functools", "operator", "heapq", "bisect", "statistics", "string")
+
+
+def _stdlib_function(name: str, load) -> Any:
+    for module in _STDLIB_FUNCTION_MODULES:
+        try:
+            value = getattr(load(module), name, None)
+        except Exception:  # noqa: BLE001 (a module the trusted side may not import)
+            continue
+        if value is not None and not name.startswith("_"):
+            return value
+    return None
 
 
 def _stubs(prompt: str) -> set[str]:
@@ -1002,29 +1074,43 @@ def _stubs(prompt: str) -> set[str]:
             and all(empty(statement) for statement in n.body)}
 
 
-_TRUTH = {"all", "any", "bool"}
-_TRUTH_ASSERTS = {"assertTrue", "assertFalse", "assert_", "assertIsNone", "assertIsNotNone"}
-_EQUALITY_ASSERTS = {"assertEqual", "assertEquals", "assertNotEqual", "assertIs", "assertIsNot"}
+_EQUALITY_ASSERTS = {"assertEqual", "assertEquals", "assertNotEqual", "assertListEqual", "assertDictEqual",
+                     "assertTupleEqual", "assertSetEqual", "assertCountEqual", "assertSequenceEqual",
+                     "assertAlmostEqual", "assert_equal", "assert_array_equal", "assert_allclose"}
 
 
 def _truth_constant(node: ast.AST) -> bool:
-    """A value a yes / no answer is compared with: True, False, None, 1 or 0."""
+    """A value a yes / no answer is compared with: True, False, None, 1 or 0 (1.0, 0.0)."""
     return isinstance(node, ast.Constant) and (node.value is None or type(node.value) is bool or (
-        type(node.value) is int and node.value in (0, 1)))
+        type(node.value) in (int, float) and node.value in (0, 1)))
 
 
 def _verdict_consumers(steps: list[tuple[str, str]], code_names: set[str]) -> set[str]:
-    """Of `code_names` (names the tests call, that nothing declares), those the tests call on what another of them
-    returned, where that call's truth is the verdict: `assert is_valid(solve(3))`, `r = solve(3)` then `assert
-    check(r)`, `assert all(ok(x) for x in solve(3))`. Such a name is a checker the tests expect to exist beside the
-    code (a helper the prompt describes); bound to the code's function, the code would answer its own tests. A name
-    whose result the tests compare with an expected value (`decode(encode(s)) == s`) is the code's to write."""
+    """Of `code_names` (names the tests call, that nothing declares), the checkers: those the tests apply to what
+    another of them returned (or to a parameter of the tests' own functions, which may hold it), in any spelling
+    (`assert is_valid(solve(3))`, `ok = check(r)`, `self.assertTrue(...)`, `all(map(is_valid, boards))`, a helper
+    that returns `check(board)`), except where that call is one side of an `==` / `!=` whose other side is an
+    expected value (`decode(encode(s)) == s`: the code's to write). Bound to the code's function, a checker would let
+    the code answer its own tests; only a prompt's declaration (a stub) makes such a name the code's."""
     trees = list(_step_trees(steps))
     derived = set(code_names)  # the code's names and the tests' variables that hold what they returned
+    functions: dict[str, list[str]] = {}  # the tests' own functions and named lambdas: their parameters
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                functions[node.name] = [a.arg for a in node.args.args]
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        functions[target.id] = [a.arg for a in node.value.args.args]
     for _ in range(8):
         before = len(derived)
         for tree in trees:
             for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions and \
+                        any(isinstance(n, ast.Name) and n.id in derived for a in node.args for n in ast.walk(a)):
+                    # called on what the code returned: its parameters may hold it (`ok = lambda b: check(b)`)
+                    derived |= set(functions[node.func.id])
                 if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
                     source, targets = node.iter, [node.target]
                 elif isinstance(node, ast.Assign):
@@ -1037,40 +1123,37 @@ def _verdict_consumers(steps: list[tuple[str, str]], code_names: set[str]) -> se
                     derived |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
         if len(derived) == before:
             break
+
+    def holds_derived(node: ast.AST, but: str = "") -> bool:
+        return any(isinstance(n, ast.Name) and n.id in derived and n.id != but for n in ast.walk(node))
+
     found: set[str] = set()
-
-    def verdict(expr: ast.AST) -> None:
-        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-            verdict(expr.operand)
-        elif isinstance(expr, ast.BoolOp):
-            for value in expr.values:
-                verdict(value)
-        elif isinstance(expr, ast.Compare) and len(expr.comparators) == 1 and _truth_constant(expr.comparators[0]):
-            verdict(expr.left)  # `is_valid(r) == True`, `check(r) is not None`, `is_valid(r) == 1`
-        elif isinstance(expr, ast.Call) and _name_of(expr) in _TRUTH_ASSERTS:
-            for argument in expr.args[:1]:  # `self.assertTrue(is_valid(r))`, `np.testing.assert_(ok(r))`
-                verdict(argument)
-        elif isinstance(expr, ast.Call) and _name_of(expr) in _EQUALITY_ASSERTS and len(expr.args) >= 2:
-            first, second = expr.args[:2]  # `self.assertEqual(is_valid(r), True)`
-            if _truth_constant(second):
-                verdict(first)
-            elif _truth_constant(first):
-                verdict(second)
-        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
-            arguments = [*expr.args, *(k.value for k in expr.keywords)]
-            if expr.func.id in _TRUTH:
-                for argument in arguments:
-                    verdict(argument.elt if isinstance(argument, ast.GeneratorExp | ast.ListComp) else argument)
-            elif expr.func.id in code_names and any(isinstance(n, ast.Name) and n.id in derived - {expr.func.id}
-                                                    for a in arguments for n in ast.walk(a)):
-                found.add(expr.func.id)
-
     for tree in trees:
+        parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assert | ast.If | ast.While):
-                verdict(node.test)
-            elif isinstance(node, ast.Expr):
-                verdict(node.value)
+            if not isinstance(node, ast.Call):
+                continue
+            arguments = [*node.args, *(k.value for k in node.keywords)]
+            if isinstance(node.func, ast.Name) and node.func.id in code_names:
+                name = node.func.id
+                if not any(holds_derived(a, but=name) for a in arguments):
+                    continue
+                parent = parents.get(id(node))
+                other = None
+                if isinstance(parent, ast.Compare) and len(parent.ops) == 1 and isinstance(
+                        parent.ops[0], ast.Eq | ast.NotEq):
+                    other = parent.comparators[0] if parent.left is node else parent.left
+                elif isinstance(parent, ast.Call) and _name_of(parent) in _EQUALITY_ASSERTS and \
+                        len(parent.args) >= 2 and node in parent.args[:2]:
+                    other = parent.args[1] if parent.args[0] is node else parent.args[0]
+                if other is not None and not _truth_constant(other) and not holds_derived(other):
+                    continue  # `decode(encode(s)) == s`, `assertEqual(count(x), 2)`: an expected value, the code's
+                found.add(name)
+            # a code name handed on as a value to a call over what the code returned: `map(is_valid, boards)`
+            passed = {a.id for a in arguments if isinstance(a, ast.Name) and a.id in code_names} if _name_of(
+                node) not in ("isinstance", "issubclass") else set()  # a class checked against, not applied
+            if passed and any(holds_derived(a) for a in arguments if not (isinstance(a, ast.Name) and a.id in passed)):
+                found |= passed
     return found
 
 
@@ -1120,7 +1203,8 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
     functions = set(re.findall(r"\bdef\s+([A-Za-z_]\w*)\s*\(", prompt or ""))
     classes = set(re.findall(r"\bclass\s+([A-Za-z_]\w*)\b", prompt or ""))
     imported, star = _from_solution(steps)  # named by the tests' own imports: the code's, whatever else binds them
-    declared_by_prompt = stubs | functions | classes | set(imported) | {entry}
+    # declared as code (a stub, a class of the prompt's code), not named in prose ("the class Counter is handy")
+    declared_by_prompt = stubs | _code_classes(trusted_prefix) | set(imported) | {entry}
     for name in free:
         # A module (`np`, `math`) the tests call is the code's only when it is the entry point; a module's name
         # (`Counter`, `deque`, `Fraction`) only when the prompt declares it or the tests import it from the solution:
@@ -1133,6 +1217,12 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         wanted = [entry]
     if not entry or star:  # `from solution import *` hands the tests every name of the code's they call
         unbound = [n for n in free if n in called and (n not in namespace or n in stubs) and n not in vars(builtins)]
+        for name in _expected_builders(steps, set(unbound) - stubs):
+            # `perms(s) == list(permutations(s))`: the expected value is the standard library's, never the code's
+            unbound.remove(name)
+            library = _stdlib_function(name, load)
+            if library is not None:
+                namespace[name] = library
         declared = [n for n in unbound if n in stubs]
         if declared and not star:
             unbound = declared
