@@ -30,7 +30,7 @@ UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $
 # PyPI for it), built first, in the background, while the rest installs (the compile is CPU-bound and the long pole;
 # the other installs are mostly downloads and unpacking), into a throwaway --target, so uv's cache holds the built
 # wheel; the venv then installs it from that cache in a second, and so does a second venv
-# (BENCHMARKS.md "The default install has the fast engine"). Where it cannot be built (no
+# (BENCHMARKS.md "Set-up time"). Where it cannot be built (no
 # C++ compiler, a failed compile) the install still completes, says so in one line, and runs generate with
 # transformers ('auto' falls back, with its reason in the run header); `make llama-cpp` retries and fails loudly.
 # - portable: AVX2/FMA/F16C baseline instead of -march=native, so the wheel the cache keeps runs on every x86-64
