@@ -17,24 +17,23 @@ bytecode: $(STAMP)
 	$(PY) -m compileall -q config rewards grpokit *.py > /dev/null
 	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'grpo-cli.pth').write_text('$(CURDIR)\n')"
 
-# The pinned set installs with uv (`uv pip install`: parallel downloads and unpacking, ~10x pip's speed here),
-# bootstrapped into the venv with pip (UV_VERSION); .venv/bin/pip stays for users. uv does not read pip's
-# configuration, so tools/uv_pip_args.py says pip's package sources to it at install time (a local wheel directory
-# with the CPU build of torch, mirrors, a CA: whatever the machine configured for pip) and pip's rule of the best
-# version over all of them. --compile-bytecode: pip byte-compiles what it installs, uv only when asked.
+# The pinned set installs with uv (`uv pip install`: parallel downloads and unpacking), bootstrapped into the venv
+# with pip (UV_VERSION); .venv/bin/pip stays for users, and pip still builds the llama.cpp engine (below). uv does not
+# read pip's configuration, so tools/uv_pip_args.py says pip's package sources to it at install time (a local wheel
+# directory with the CPU build of torch, mirrors, a CA: whatever the machine configured for pip) and pip's rule of the
+# best version over all of them. --compile-bytecode: pip byte-compiles what it installs, uv only when asked.
 UV_VERSION := 0.13.8
 UV := $(VENV)/bin/uv
 UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $(PY) --quiet
 
 # The llama_cpp generation engine is part of the default install: llama-cpp-python compiled from source (no wheel on
-# PyPI for it), built first, in the background, while the rest installs (the compile is CPU-bound and the long pole;
-# the other installs are mostly downloads and unpacking), into a throwaway --target, so uv's cache holds the built
-# wheel; the venv then installs it from that cache in a second, and so does a second venv
-# (BENCHMARKS.md "Set-up time"). Where it cannot be built (no
+# PyPI for it), built in the background while the rest installs (the compile is CPU-bound, the other installs are
+# mostly downloads and unpacking), then installed from the built wheel. pip caches that wheel, so a second venv
+# installs it in seconds (BENCHMARKS.md "The default install has the fast engine"). Where it cannot be built (no
 # C++ compiler, a failed compile) the install still completes, says so in one line, and runs generate with
 # transformers ('auto' falls back, with its reason in the run header); `make llama-cpp` retries and fails loudly.
-# - portable: AVX2/FMA/F16C baseline instead of -march=native, so the wheel the cache keeps runs on every x86-64
-#   machine seen here (GGML_NATIVE=OFF);
+# - portable: AVX2/FMA/F16C baseline instead of -march=native, so the wheel pip caches runs on every x86-64 machine
+#   seen here (GGML_NATIVE=OFF);
 # - GGML_OPENMP=OFF: llama.cpp then uses its own thread pool, whose threads sleep between calls; OpenMP's worker
 #   threads spin-wait after each parallel region and would fight torch's own threads for the cores during the
 #   trainer's forward/backward;
@@ -42,9 +41,8 @@ UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $
 #   library (llama-cpp.cmake: llama-cpp-python forces it on, nothing here links it): 74 compile units instead of 127
 #   (BENCHMARKS.md). Checked and left: GGML_BACKEND_DL is already off (one CPU backend linked in), and
 #   GGML_CPU_REPACK=OFF only drops a define (repack.cpp is compiled either way).
-# llama.cpp's model converter (convert_hf_to_gguf.py + conversion/ + gguf-py/) ships only in the sdist: pip downloads
-# it (uv has no download-only command) and it is unpacked into $(VENV)/share/llama-cpp-convert, where
-# grpokit/gguf_export.py looks for it.
+# llama.cpp's model converter (convert_hf_to_gguf.py + conversion/ + gguf-py/) ships only in the sdist: it is
+# unpacked into $(VENV)/share/llama-cpp-convert, where grpokit/gguf_export.py looks for it.
 LLAMA_STAMP := $(VENV)/.llama-cpp
 LLAMA_CONVERT := $(VENV)/share/llama-cpp-convert
 LLAMA_LOG := $(VENV)/llama-cpp-build.log
@@ -56,7 +54,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/llama-cpp.cmake
 LLAMA_BUILD_ENV := CMAKE_BUILD_PARALLEL_LEVEL=$(shell nproc 2>/dev/null || echo 2) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)"
 
-# llama.cpp's model converter out of the sdist.
+# The converter out of the sdist, then the engine's stamp (after llama-cpp-python is installed).
 define llama_converter
 rm -rf $(LLAMA_CONVERT) $(VENV)/.llama-sdist && mkdir -p $(LLAMA_CONVERT) && \
 $(PY) -m pip download --quiet --no-binary :all: --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(VENV)/.llama-sdist && \
@@ -64,39 +62,36 @@ tar -xzf $(VENV)/.llama-sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $(LLAM
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/conversion \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/gguf-py && \
-rm -rf $(VENV)/.llama-sdist
+rm -rf $(VENV)/.llama-sdist && touch $(LLAMA_STAMP)
 endef
 
 $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake tools/uv_pip_args.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc $(LLAMA_WHEELS).converter-rc $(LLAMA_STAMP) $(LLAMA_CONVERT)
+	$(PY) -m pip install --quiet --upgrade pip
+	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc $(LLAMA_STAMP)
 	@if command -v $${CXX:-c++} > /dev/null; then \
 		echo "llama.cpp engine: building alongside the installs ($(LLAMA_LOG))"; \
-		( $(LLAMA_BUILD_ENV) $(UV_PIP_INSTALL) --no-deps --target $(LLAMA_WHEELS) -r requirements-llama.txt \
+		( $(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps -r requirements-llama.txt -w $(LLAMA_WHEELS) \
 			> $(LLAMA_LOG) 2>&1; echo $$? > $(LLAMA_WHEELS).rc ) & \
 	else echo "no C++ compiler" > $(LLAMA_WHEELS).rc; fi; \
-	$(UV_PIP_INSTALL) --compile-bytecode --upgrade pip -r requirements.txt && \
-	$(UV_PIP_INSTALL) --compile-bytecode --no-deps -r requirements-nodeps.txt; status=$$?; \
-	if [ $$status = 0 ]; then { $(llama_converter); } > $(LLAMA_LOG).converter 2>&1; \
-		echo $$? > $(LLAMA_WHEELS).converter-rc; fi; wait; exit $$status
-	@rc=$$(cat $(LLAMA_WHEELS).rc); cat $(LLAMA_LOG).converter >> $(LLAMA_LOG); rm -f $(LLAMA_LOG).converter; \
-	if [ "$$rc" = 0 ] && [ "$$(cat $(LLAMA_WHEELS).converter-rc)" = 0 ] && \
-		$(UV_PIP_INSTALL) --compile-bytecode --no-build-package llama-cpp-python -r requirements-llama.txt \
-		>> $(LLAMA_LOG) 2>&1; then touch $(LLAMA_STAMP); \
+	$(PY) -m pip install --quiet uv==$(UV_VERSION) && \
+	$(UV_PIP_INSTALL) --compile-bytecode -r requirements.txt && \
+	$(UV_PIP_INSTALL) --compile-bytecode --no-deps -r requirements-nodeps.txt; status=$$?; wait; exit $$status
+	@rc=$$(cat $(LLAMA_WHEELS).rc); \
+	if [ "$$rc" = 0 ] && { $(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) -r requirements-llama.txt && \
+		$(llama_converter); } >> $(LLAMA_LOG) 2>&1; then :; \
 	elif [ "$$rc" = "no C++ compiler" ]; then \
 		echo "llama.cpp engine not built: no C++ compiler; retry: make llama-cpp"; \
 	else echo "llama.cpp engine build failed ($(LLAMA_LOG)); retry: make llama-cpp"; fi
-	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc $(LLAMA_WHEELS).converter-rc
+	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc
 	touch $(STAMP)
 
-# The engine alone (a retry after a failed build): fails loudly. Reuses uv's cached wheel when there is one.
+# The engine alone (a retry after a failed build): fails loudly. Reuses pip's cached wheel when there is one.
 llama-cpp: $(LLAMA_STAMP)
 
 $(LLAMA_STAMP): requirements-llama.txt llama-cpp.cmake | $(STAMP)
-	$(LLAMA_BUILD_ENV) $(UV_PIP_INSTALL) --compile-bytecode -r requirements-llama.txt
+	$(LLAMA_BUILD_ENV) $(PY) -m pip install --quiet -r requirements-llama.txt
 	$(llama_converter)
-	touch $(LLAMA_STAMP)
 
 quick-test: install
 	$(PY) train_grpo.py --quick-test
