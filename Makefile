@@ -17,6 +17,15 @@ bytecode: $(STAMP)
 	$(PY) -m compileall -q config rewards grpokit *.py > /dev/null
 	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'grpo-cli.pth').write_text('$(CURDIR)\n')"
 
+# The pinned set installs with uv (`uv pip install`: parallel downloads and unpacking), bootstrapped into the venv
+# with pip (UV_VERSION); .venv/bin/pip stays for users, and pip still builds the llama.cpp engine (below). uv does not
+# read pip's configuration, so tools/uv_pip_args.py says pip's package sources to it at install time (a local wheel
+# directory with the CPU build of torch, mirrors, a CA: whatever the machine configured for pip) and pip's rule of the
+# best version over all of them. --compile-bytecode: pip byte-compiles what it installs, uv only when asked.
+UV_VERSION := 0.13.8
+UV := $(VENV)/bin/uv
+UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $(PY) --quiet
+
 # The llama_cpp generation engine is part of the default install: llama-cpp-python compiled from source (no wheel on
 # PyPI for it), built in the background while the rest installs (the compile is CPU-bound, the other installs are
 # mostly downloads and unpacking), then installed from the built wheel. pip caches that wheel, so a second venv
@@ -56,7 +65,7 @@ tar -xzf $(VENV)/.llama-sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $(LLAM
 rm -rf $(VENV)/.llama-sdist && touch $(LLAMA_STAMP)
 endef
 
-$(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake
+$(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake tools/uv_pip_args.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc $(LLAMA_STAMP)
@@ -65,8 +74,9 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-
 		( $(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps -r requirements-llama.txt -w $(LLAMA_WHEELS) \
 			> $(LLAMA_LOG) 2>&1; echo $$? > $(LLAMA_WHEELS).rc ) & \
 	else echo "no C++ compiler" > $(LLAMA_WHEELS).rc; fi; \
-	$(PY) -m pip install --quiet -r requirements.txt && \
-	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; status=$$?; wait; exit $$status
+	$(PY) -m pip install --quiet uv==$(UV_VERSION) && \
+	$(UV_PIP_INSTALL) --compile-bytecode -r requirements.txt && \
+	$(UV_PIP_INSTALL) --compile-bytecode --no-deps -r requirements-nodeps.txt; status=$$?; wait; exit $$status
 	@rc=$$(cat $(LLAMA_WHEELS).rc); \
 	if [ "$$rc" = 0 ] && { $(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) -r requirements-llama.txt && \
 		$(llama_converter); } >> $(LLAMA_LOG) 2>&1; then :; \
@@ -95,7 +105,7 @@ TRITON_VERSION := 3.9.0
 
 $(TRITON_CPU)/.installed: | $(STAMP)
 	rm -rf $(TRITON_CPU)
-	$(PY) -m pip install --quiet --no-deps --target $(TRITON_CPU) triton==$(TRITON_VERSION)
+	$(UV_PIP_INSTALL) --compile-bytecode --no-deps --target $(TRITON_CPU) triton==$(TRITON_VERSION)
 	touch $@
 
 # The suite in TEST_WORKERS pytest-xdist workers (one thread each: tests/conftest.py), each test file a unit of work,

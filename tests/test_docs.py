@@ -31,7 +31,7 @@ OFFLINE_REFUSALS = re.compile(r"offline or behind a proxy|cannot be downloaded f
                               r"|needs a CUDA GPU|needs a GPU")
 # Commands named in the docs that this test does not run, and why.
 NOT_RUN = {
-    "pip": "installs packages", "echo": "writes a file for pip", "tail": "reads a run's log", "grep": "reads a log",
+    "pip": "installs packages", "uv": "installs packages", "echo": "writes a file for pip", "tail": "reads a run's log", "grep": "reads a log",
     "ollama": "needs Ollama", "trl": "starts a vLLM server (GPU)", "git": "clones", "rm": "deletes",
     "tar": "packs a checkout to copy",
 }
