@@ -74,9 +74,12 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-
 		( $(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps -r requirements-llama.txt -w $(LLAMA_WHEELS) \
 			> $(LLAMA_LOG) 2>&1; echo $$? > $(LLAMA_WHEELS).rc ) & \
 	else echo "no C++ compiler" > $(LLAMA_WHEELS).rc; fi; \
-	$(PY) -m pip install --quiet uv==$(UV_VERSION) && \
+	{ $(PY) -m pip install --quiet uv==$(UV_VERSION) && \
 	$(UV_PIP_INSTALL) --compile-bytecode -r requirements.txt && \
-	$(UV_PIP_INSTALL) --compile-bytecode --no-deps -r requirements-nodeps.txt; status=$$?; wait; exit $$status
+	$(UV_PIP_INSTALL) --compile-bytecode --no-deps -r requirements-nodeps.txt; } || { \
+	echo "uv could not install the pinned set (above): installing it with pip"; \
+	$(PY) -m pip install --quiet -r requirements.txt && \
+	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; }; status=$$?; wait; exit $$status
 	@rc=$$(cat $(LLAMA_WHEELS).rc); \
 	if [ "$$rc" = 0 ] && { $(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) -r requirements-llama.txt && \
 		$(llama_converter); } >> $(LLAMA_LOG) 2>&1; then :; \
@@ -105,7 +108,8 @@ TRITON_VERSION := 3.9.0
 
 $(TRITON_CPU)/.installed: | $(STAMP)
 	rm -rf $(TRITON_CPU)
-	$(UV_PIP_INSTALL) --compile-bytecode --no-deps --target $(TRITON_CPU) triton==$(TRITON_VERSION)
+	$(UV_PIP_INSTALL) --compile-bytecode --no-deps --target $(TRITON_CPU) triton==$(TRITON_VERSION) || \
+		$(PY) -m pip install --quiet --no-deps --target $(TRITON_CPU) triton==$(TRITON_VERSION)
 	touch $@
 
 # The suite in TEST_WORKERS pytest-xdist workers (one thread each: tests/conftest.py), each test file a unit of work,
