@@ -446,7 +446,10 @@ def test_ctrl_c_during_an_export_says_what_it_left(run, tmp_path):
     out = tmp_path / "export"
     process = subprocess.Popen([sys.executable, str(ROOT / "train_grpo.py"), "export", str(run), "-o", str(out)],
                                cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True,
+                               # as a terminal's shell starts it: a pytest-xdist worker ignores SIGINT, and a child
+                               # inherits an ignored signal (Python then installs no KeyboardInterrupt handler)
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # the GGUF under its temporary name: the conversion is running (polled, not read from the log, whose lines
     # say only what has finished)
     deadline = time.monotonic() + 600
