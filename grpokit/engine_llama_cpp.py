@@ -10,8 +10,9 @@ is a few MB.
 
 One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits (Unsloth's bf16-stored
 Linear, which upcasts them per matmul, see model_loader.frozen_weights_in_bf16; or, on a CPU with bf16 units, plain
-bf16 / NF4-rounded f16 ones), `share_weights` points them at the f16 tensors in llama.cpp's own read-only mapping of
-the GGUF, after checking each one holds the same values (Llama's q/k in the GGUF's row order, their outputs reordered
+bf16 ones), `share_weights` points them at the 16-bit tensors in llama.cpp's own read-only mapping of the GGUF (bf16
+where the trainer computes in bf16: read as they are, no cast per matmul; f16 where it computes in float32), after
+checking each one holds the same values (Llama's q/k in the GGUF's row order, their outputs reordered
 back by a forward hook); the trainer's mmapped checkpoint is then released. `unshare_weights` (before a merge, and
 before the engine frees its model) gives the trainer its own copies back: nothing may write into a read-only mapping.
 Between generations, `release_idle_pages` drops the tensors only the engine reads from the resident set.
@@ -42,7 +43,7 @@ MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: larger calls are split into ch
 PREFILL_TOKENS = 512  # prompt tokens per llama_decode call: the context's n_ubatch (see _ensure_context)
 # ggml.h's enum ggml_log_level (llama-cpp-python's _logger.py comment has an older numbering)
 GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 3, 4, 5
-GGML_TYPE_F16 = 1
+GGML_TYPE_F16, GGML_TYPE_BF16 = 1, 30  # ggml.h's enum ggml_type
 _log_callback = None  # kept referenced: llama.cpp calls it for the life of the process
 _last_level = [0]  # a CONT message continues the previous one's level
 
@@ -165,14 +166,15 @@ class LlamaCppEngine:
         16-bit ones (the base, or NF4-rounded: model_loader.nf4_in_16bit) are shared with the trainer."""
         import json
 
-        from grpokit.gguf_export import base_gguf, dequantized_gguf, quantized_weights, remove_stale_exports
+        from grpokit import gguf_export as gguf
         from grpokit.model_loader import cache_dir, nf4_rounding
 
-        bnb_4bit = trainer_model is not None and bool(quantized_weights(trainer_model))
+        bnb_4bit = trainer_model is not None and bool(gguf.quantized_weights(trainer_model))
         dequantised = bnb_4bit or (trainer_model is not None and nf4_rounding(trainer_model) is not None)
-        path = dequantized_gguf(trainer_model, model_dir, cache_dir()) if dequantised else base_gguf(model_dir,
-                                                                                                      cache_dir())
-        remove_stale_exports(cache_dir(), path)
+        dtype = gguf.engine_dtype(trainer_model)
+        path = gguf.dequantized_gguf(trainer_model, model_dir, cache_dir(), dtype) if dequantised else \
+            gguf.base_gguf(model_dir, cache_dir(), dtype)
+        gguf.remove_stale_exports(cache_dir(), path)
         config = json.loads((Path(model_dir) / "config.json").read_text())
         engine = cls(path, config["architectures"][0], config["num_attention_heads"],
                      config.get("num_key_value_heads") or config["num_attention_heads"], threads, max_sequences,
@@ -211,13 +213,14 @@ class LlamaCppEngine:
         self._idle_pages = _whole_pages(self._tensors.values())
 
     def share_weights(self, model) -> int:
-        """Make the trainer's frozen 16-bit projections views of the engine's f16 tensors; returns how many.
+        """Make the trainer's frozen 16-bit projections views of the engine's 16-bit tensors; returns how many.
 
         Frozen projections with a 16-bit weight qualify: Unsloth's bf16-stored Linear (a CPU without bf16 units: it
         upcasts its weight per matmul, whatever its 16-bit dtype: bf16 as loaded, or f16 where a 4-bit run rounded it
-        through NF4), and plain Linear ones (a CPU with bf16 units, where the model computes in bf16: they become
-        bf16-stored Linear, casting the f16 view to the input's dtype); each candidate must hold the same values (f16
-        keeps every bf16 value down to 2^-24; NF4-rounded weights are exported from their f16 values). Where llama.cpp's
+        through NF4; the GGUF is f16 there), and plain Linear ones (a CPU with bf16 units, where the model computes in
+        bf16 and the GGUF is bf16: the view is used as it is; a view of another dtype makes them bf16-stored Linear,
+        casting it to the input's dtype per matmul); each candidate must hold the same values (f16 keeps every bf16
+        value down to 2^-24; NF4-rounded weights are exported from their stored values). Where llama.cpp's
         converter reordered the rows (Llama's q/k: HF's rotary layout -> GGML's), the view is taken in GGUF order and
         a forward hook puts the projection's outputs back in HF order (an index_select on the activations). Unshared
         ones become the trainer's own copies so that the checkpoint's mapping can go."""
@@ -235,8 +238,7 @@ class LlamaCppEngine:
             return bool(match) and match.group(2) in LORA_TENSOR_NAMES
 
         # Unsloth's bf16-stored Linear (a CPU without bf16 units: float32 compute), and plain Linear projections whose
-        # 16-bit weight the model computes with as it is (a CPU with bf16 units: bf16 weights, or f16 NF4-rounded
-        # ones cast per matmul under TRL's bf16 autocast)
+        # 16-bit weight the model computes with as it is (a CPU with bf16 units: bf16 weights, NF4-rounded or not)
         candidates = [(name, module) for name, module in model.named_modules()
                       if (type(module) is Bf16StoredLinear or (type(module) is torch.nn.Linear and projection(name)))
                       and module.weight.dtype in (torch.bfloat16, torch.float16) and not module.weight.requires_grad]
@@ -253,9 +255,10 @@ class LlamaCppEngine:
                 heads = self.n_head if match.group(2) == "q_proj" else self.n_kv_head
                 rows = permute_rows(torch.arange(weight.shape[0]), heads)  # GGUF row i holds HF row rows[i]
             address, size, kind = self._tensors.get(tensor, (0, 0, -1))
-            if kind == GGML_TYPE_F16 and size == weight.numel() * 2:
+            stored = {GGML_TYPE_F16: torch.float16, GGML_TYPE_BF16: torch.bfloat16}.get(kind)
+            if stored is not None and size == weight.numel() * 2:
                 raw = (ctypes.c_uint8 * size).from_address(address)
-                view = torch.frombuffer(raw, dtype=torch.float16).view(weight.shape)
+                view = torch.frombuffer(raw, dtype=stored).view(weight.shape)
                 # every 8th row: a row order or a tensor that differs shows in any of them, at 1/8 of the time of
                 # reading both copies whole
                 expected = weight[::8] if rows is None else weight[rows[::8]]
@@ -266,7 +269,7 @@ class LlamaCppEngine:
                 shared_names.add(tensor)
                 self._shared.append(module)
                 self._own_dtype[module] = weight.dtype
-                if type(module) is torch.nn.Linear:
+                if type(module) is torch.nn.Linear and view.dtype != weight.dtype:
                     # the f16 view is cast to the input's dtype per matmul (bit-exact for a bf16 weight that passed
                     # the check above), and only the view is kept for the backward, not a cast copy
                     module.__class__ = Bf16StoredLinear

@@ -731,7 +731,7 @@ def round_base(model, rounding: str | None) -> int:
     if int(blocks) != NF4_BLOCKSIZE or nested != "1":
         raise UsageError(f"the run's 4-bit weights ({rounding}) use settings the export does not repeat: pass "
                          "--base 16bit.")
-    return round_through_nf4(model, shared_f16=False,
+    return round_through_nf4(model, shared=False,
                              compute={"bf16": torch.bfloat16, "f16": torch.float16}.get(dtype, torch.float32))
 
 

@@ -1,4 +1,9 @@
-"""GGUF files for the llama_cpp engine: the base model once (f16, cached), the LoRA adapter at every push.
+"""GGUF files for the llama_cpp engine: the base model once (16-bit, cached), the LoRA adapter at every push.
+
+16 bits of which kind (`engine_dtype`): the one the trainer computes in. bf16 where it computes in bf16 (a CPU with
+bf16 units): the trainer then reads the engine's tensors as they are, with no cast per matmul; f16 where it computes
+in float32 (f16 keeps 3 more bits of a float32 weight or activation than bf16 does, and bf16 checkpoint values
+exactly).
 
 Base model: llama.cpp's own converter (`convert_hf_to_gguf.py` + its `conversion/` and `gguf-py/`, which ship only in
 the llama-cpp-python sdist; `make llama-cpp` puts them in .venv/share/llama-cpp-convert). It reads the model's
@@ -84,13 +89,22 @@ def model_identity(model_dir: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def base_gguf(model_dir: str | Path, cache: Path) -> Path:
-    """The f16 GGUF of the model in `model_dir`, exported on first use (embedded SmolLM2: ~15-50 s) and cached."""
+def engine_dtype(model) -> str:
+    """The GGUF's 16-bit type for a trainer `model` (None: no trainer): "bf16" where it computes in bf16, else "f16"."""
+    import torch
+
+    computes_in = model.get_input_embeddings().weight.dtype if model is not None else None
+    return "bf16" if computes_in == torch.bfloat16 else "f16"
+
+
+def base_gguf(model_dir: str | Path, cache: Path, dtype: str = "f16") -> Path:
+    """The GGUF (`dtype`: f16 or bf16) of the model in `model_dir`, exported on first use (embedded SmolLM2: ~15-50 s)
+    and cached."""
     model_dir = check_model_dir(model_dir)
-    target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}.f16.gguf"
+    target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}.{dtype}.gguf"
     if target.exists():
         return target
-    return _convert(model_dir, target)
+    return _convert(model_dir, target, dtype)
 
 
 def check_model_dir(model_dir: str | Path) -> Path:
@@ -106,18 +120,18 @@ def check_model_dir(model_dir: str | Path) -> Path:
     return model_dir
 
 
-def _convert(model_dir: Path, target: Path) -> Path:
-    """llama.cpp's converter on `model_dir`, written atomically to `target`."""
+def _convert(model_dir: Path, target: Path, dtype: str) -> Path:
+    """llama.cpp's converter on `model_dir` (16-bit tensors of `dtype`), written atomically to `target`."""
     converter = converter_dir()
     target.parent.mkdir(parents=True, exist_ok=True)
-    log.info("llama_cpp engine: exporting %s to an f16 GGUF once (%s)", model_dir, target)
+    log.info("llama_cpp engine: exporting %s to a %s GGUF once (%s)", model_dir, dtype, target)
     started = time.perf_counter()
     # A subprocess: the converter imports its own copy of gguf-py, which must not replace the installed gguf.
     fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".export-", suffix=".gguf")
     os.close(fd)
     try:
         proc = subprocess.run(
-            [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outtype", "f16",
+            [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outtype", dtype,
              "--outfile", partial],
             capture_output=True, text=True)
         if proc.returncode:
@@ -156,16 +170,16 @@ def quantized_weights(model) -> dict:
             if "lora_" not in name and getattr(param, "quant_state", None) is not None}
 
 
-def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
-    """The f16 GGUF of the weights a 4-bit trainer computes with: every NF4 layer dequantised (to its compute dtype,
-    then f16), or, for a model whose 16-bit weights were rounded through NF4 (model_loader.round_through_nf4), those
-    weights.
+def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f16") -> Path:
+    """The GGUF (`dtype`: f16 or bf16) of the weights a 4-bit trainer computes with: every NF4 layer dequantised (to
+    its compute dtype, then `dtype`), or, for a model whose 16-bit weights were rounded through NF4
+    (model_loader.round_through_nf4), those weights.
 
     Sampling from the original weights instead costs ~0.57 nats per token of sampler/trainer mismatch on SmolLM2;
-    dequantised, it is f16 rounding. NF4 quantisation is deterministic, so the export is cached by the model's
-    identity plus the quantisation settings; both kinds of model give the same file (the same NF4 round trip of the
-    same checkpoint values in the same compute dtype, then f16). The temporary fp32 copy (2x the model on disk) is
-    removed after."""
+    dequantised, it is 16-bit rounding (none in bf16, where the trainer computes in bf16). NF4 quantisation is
+    deterministic, so the export is cached by the model's identity plus the quantisation settings; both kinds of model
+    give the same file (the same NF4 round trip of the same checkpoint values in the same compute dtype, then `dtype`).
+    The temporary fp32 copy (2x the model on disk) is removed after."""
     import torch
     from bitsandbytes.functional import dequantize_4bit
     from safetensors.torch import save_file
@@ -173,7 +187,7 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
     model_dir = check_model_dir(model_dir)
     quantized = quantized_weights(model)
     settings = nf4_settings(model)
-    target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}-{settings}.f16.gguf"
+    target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}-{settings}.{dtype}.gguf"
     if target.exists():
         return target
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -197,7 +211,7 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path) -> Path:
             (scratch / "config.json").write_text(json.dumps(config, indent=2))
         save_file(weights, str(scratch / "model.safetensors"))
         del weights
-        return _convert(scratch, target)
+        return _convert(scratch, target, dtype)
     finally:
         for leftover in scratch.iterdir():
             leftover.unlink()
@@ -268,9 +282,11 @@ def write_lora_gguf(model, path: str | Path, architecture: str, n_head: int, n_k
 
 
 def remove_stale_exports(cache: Path, keep: Path) -> None:
-    """Exports of earlier versions of the same model directory are dead weight (270 MB each for SmolLM2)."""
+    """Exports of earlier versions of the same model directory in the same dtype are dead weight (270 MB each for
+    SmolLM2); the other dtype's export stays (a float32 run on a CPU with bf16 units uses f16)."""
     prefix = keep.name.rsplit("-", 1)[0] + "-"
-    for old in (cache / "gguf").glob(f"{prefix}*.f16.gguf"):
+    suffix = "." + ".".join(keep.name.split(".")[-2:])  # .f16.gguf or .bf16.gguf
+    for old in (cache / "gguf").glob(f"{prefix}*{suffix}"):
         if old != keep and old.name.count("-") == keep.name.count("-"):
             old.unlink(missing_ok=True)
 

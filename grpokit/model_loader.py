@@ -253,7 +253,7 @@ NF4_ROUNDED = "_grpo_nf4_rounded"  # set on a model whose projections hold NF4-r
 def nf4_in_16bit(config, cuda: bool, backend: str, path: str = "") -> bool:
     """4-bit on a CPU (Unsloth backend): the model loads in 16 bits and each projection bitsandbytes would quantise is
     rounded through NF4 once (round_through_nf4), so the trainer computes with the same values as bitsandbytes' 4-bit
-    path (up to f16 rounding) without dequantising at every matmul. With the llama_cpp engine those are f16 tensors
+    path (up to f16 rounding) without dequantising at every matmul. With the llama_cpp engine those are 16-bit tensors
     shared with the engine's GGUF (one copy: engine_llama_cpp.share_weights); with the transformers engine they are
     float32 like the rest of Unsloth's CPU model (as much memory as the plain fp32 TRL script, none of bitsandbytes'
     per-matmul dequantisation in every decode step). On a GPU 4-bit stays bitsandbytes' NF4 kernels, and so does a
@@ -271,18 +271,19 @@ def _prequantized(path: str) -> bool:
     return re.search(r"-(bnb|unsloth-bnb)-4bit$", str(path).rstrip("/"), re.IGNORECASE) is not None
 
 
-def round_through_nf4(model, shared_f16: bool, compute=None) -> int:
+def round_through_nf4(model, shared: bool, compute=None) -> int:
     """Replace the weight of every Linear layer bitsandbytes would quantise (Unsloth's skip list: the LM head,
     routers, vision towers stay 16-bit) by its NF4 round trip: quantize_4bit -> dequantize_4bit, with the settings
     of the 4-bit path, rounded to the dtype the model computes in as bitsandbytes' dequantisation is (bf16 on a CPU
     with bf16 units: bit-identical to its values there; float32 without them).
 
-    Storage: `shared_f16` (the llama_cpp engine, whose f16 tensors the trainer then shares, see
-    engine_llama_cpp.share_weights) keeps a 16-bit layer's values in float16: f16 holds float32 ones to 2^-11
-    relative (bf16 only to 2^-8) and bf16 ones exactly, so the trainer's per-matmul cast gives the rounded values
-    back. Otherwise each layer keeps its own dtype. `compute`: round to this dtype instead of the model's (the
-    export rounds a float32 copy of the base as a bf16 run did, export.round_base). Returns how many layers were
-    rounded."""
+    Storage: `shared` (the llama_cpp engine, whose 16-bit tensors the trainer then shares, see
+    engine_llama_cpp.share_weights) keeps a 16-bit layer's values in the GGUF's dtype (gguf_export.engine_dtype):
+    bf16 where the model computes in bf16 (the rounded values themselves, read with no cast), float16 where it
+    computes in float32 (f16 holds float32 values to 2^-11 relative, bf16 only to 2^-8; the trainer's per-matmul
+    upcast gives them back). Otherwise each layer keeps its own dtype. `compute`: round to this dtype instead of the
+    model's (the export rounds a float32 copy of the base as a bf16 run did, export.round_base). Returns how many
+    layers were rounded."""
     import torch
     from bitsandbytes.functional import dequantize_4bit, quantize_4bit
     from transformers.quantizers.quantizers_utils import should_convert_module
@@ -303,14 +304,15 @@ def round_through_nf4(model, shared_f16: bool, compute=None) -> int:
                                           quant_type="nf4")
             rounded_weight = dequantize_4bit(packed, state).to(compute)
             if weight.dtype in (torch.bfloat16, torch.float16):
-                stored = rounded_weight.to(torch.float16) if shared_f16 else rounded_weight.to(weight.dtype)
+                keep = (torch.bfloat16 if compute == torch.bfloat16 else torch.float16) if shared else weight.dtype
+                stored = rounded_weight.to(keep)
                 if not bool(torch.isfinite(stored).all()):  # beyond f16's range: keep the compute dtype
                     stored = rounded_weight
                 module.weight = torch.nn.Parameter(stored, requires_grad=False)
             else:  # in place: a new float32 tensor per layer left the old ones' heap pages behind (+430 MB peak RSS)
                 weight.data.copy_(rounded_weight)
             rounded += 1
-    if not shared_f16:  # the replaced 16-bit weights' pages (a mapped checkpoint) go; with llama_cpp, once shared
+    if not shared:  # the replaced 16-bit weights' pages (a mapped checkpoint) go; with llama_cpp, once shared
         off_checkpoint_mapping(model)
     # the settings, and the rounding: an export of these values (gguf_export.dequantized_gguf) is cached by them
     setattr(model, NF4_ROUNDED, f"nf4-b{NF4_BLOCKSIZE}-dq1" + ("-bf16" if compute == torch.bfloat16 else ""))
@@ -428,7 +430,7 @@ def load_model(config, backend: str, engine: str = "transformers", plan=None):
             with frozen_weights_in_bf16(config, engine, cuda), _stdout_to_log("unsloth"):
                 model, tokenizer = FastLanguageModel.from_pretrained(path, **kwargs)
             if nf4:
-                rounded = round_through_nf4(model, shared_f16=engine == "llama_cpp")
+                rounded = round_through_nf4(model, shared=engine == "llama_cpp")
                 log.info("4-bit on CPU: %d projections rounded through NF4, computed in 16 bits", rounded,
                          extra={"file_only": True})
             model = FastLanguageModel.get_peft_model(

@@ -752,16 +752,17 @@ print("PROBE " + json.dumps(out))
 
 @pytest.mark.slow
 def test_the_trainer_computes_with_the_engines_copy_of_the_weights():
-    """16-bit with llama_cpp: one copy of the frozen weights. The trainer's projections become views of the f16
-    tensors in llama.cpp's mapping (same values: same logits; Llama's q/k in the GGUF's row order, their outputs put
+    """16-bit with llama_cpp: one copy of the frozen weights. The trainer's projections become views of the 16-bit
+    tensors in llama.cpp's mapping (bf16 where the trainer computes in bf16, f16 where it computes in float32) (same values: same logits; Llama's q/k in the GGUF's row order, their outputs put
     back in HF's), its mmapped checkpoint goes, and between generations
     the tensors only the engine reads leave the resident set; closing the engine hands the trainer its copies back."""
     pytest.importorskip("llama_cpp")
     probe = _run_probe(SHARE_PROBE, timeout=600)
     assert probe["shared"] == 210  # q, k, v, o, gate, up, down x 30 layers (q/k in the GGUF's row order)
-    assert probe["down_dtype"] == "torch.float16" and probe["down_in_engine"] and probe["q_in_engine"]
+    engine_dtype = "torch.bfloat16" if probe["compute"] == "torch.bfloat16" else "torch.float16"
+    assert probe["down_dtype"] == engine_dtype and probe["down_in_engine"] and probe["q_in_engine"], probe
     assert probe["checkpoint_mapped_before"] >= 1 and probe["checkpoint_mapped_after"] == 0
-    assert probe["shared_logits_gap"] < 1e-4  # f16 holds the bf16 checkpoint's values (bit-identical here)
+    assert probe["shared_logits_gap"] < 1e-4  # f16 or bf16 holds the bf16 checkpoint's values (bit-identical here)
     assert probe["lora_grad"] > 0
     # the reordered q output back-propagates as before (relative to its largest gradient). The backward through q/k
     # now sums over their outputs in the GGUF's order: in float32 that moves the last bits; in bf16 (a CPU with bf16
@@ -868,9 +869,10 @@ print("PROBE " + json.dumps(out))
 
 @pytest.mark.slow
 def test_4bit_with_llama_cpp_computes_the_nf4_weights_in_16_bits():
-    """4-bit on a CPU with llama_cpp: the trainer's projections are the NF4 round trip of the checkpoint in f16,
-    shared with the engine (one copy), instead of bitsandbytes' Linear4bit dequantising at every matmul: the same
-    logits and LoRA gradients as the bitsandbytes path up to f16 rounding."""
+    """4-bit on a CPU with llama_cpp: the trainer's projections are the NF4 round trip of the checkpoint in 16 bits
+    (bf16 where the trainer computes in bf16, f16 where it computes in float32), shared with the engine (one copy),
+    instead of bitsandbytes' Linear4bit dequantising at every matmul: the same logits and LoRA gradients as the
+    bitsandbytes path up to f16 rounding (none in bf16)."""
     pytest.importorskip("llama_cpp")
     probe = _run_probe(NF4_PROBE, timeout=900)
     assert probe["bnb_class"] == "Linear4bit"  # the reference really is bitsandbytes' 4-bit path
@@ -886,7 +888,9 @@ def test_4bit_with_llama_cpp_computes_the_nf4_weights_in_16_bits():
     # same bf16 values, and what differs is the order of the sums (bitsandbytes' kernels, our q/k in the GGUF's row
     # order) at 2^-8 per rounding through 30 layers
     assert max(probe["grad_gaps"]) < (0.02 if probe["compute"] == "torch.float32" else 0.06), probe
-    assert probe["dtype_after_close"] == "torch.float16 torch.float16"  # its own f16 copy back after close
+    # its own 16-bit copy back after close, in the dtype it was shared in
+    kept = "torch.bfloat16" if probe["compute"] == "torch.bfloat16" else "torch.float16"
+    assert probe["dtype_after_close"] == f"{kept} {kept}", probe
 
 
 def _run_probe(code: str, timeout: int) -> dict:
