@@ -5,7 +5,7 @@ One small interface (`GenerationEngine`), one module per engine, picked by the c
 
 - `transformers`: TRL's own `generate` path (with our per-group prompt sharing, shared_prompts.py). The trainer keeps
   that path whenever this engine is chosen; the class exists so benchmarks and tests can call it the same way.
-- `llama_cpp`: llama.cpp on CPU (engine_llama_cpp.py). The base model is exported once to an f16 GGUF; the
+- `llama_cpp`: llama.cpp on CPU (engine_llama_cpp.py). The base model is exported once to a 16-bit GGUF; the
   current LoRA adapter is pushed in as a GGUF LoRA before each step's generation. ~8x transformers' tok/s here.
 - `vllm`: GPU only; selecting it means TRL's `use_vllm=True` (Unsloth: `fast_inference=True`), see
   load_plan.vllm_settings; TRL's importance-sampling correction stays on (objective.pinned hands TRL's default, True,
