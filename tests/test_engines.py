@@ -109,6 +109,25 @@ def test_the_probe_reads_the_installed_library(tmp_path):
     assert "does not load" in llama_cpp_build_problem(broken, flags)
 
 
+@pytest.mark.parametrize("flags, isa", [
+    (INTEL_AMX, "avx512bf16"),
+    (AMD_AVX2 + " avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16", "avx512bf16"),
+    (AMD_AVX2 + " avx512f avx512dq avx512cd avx512bw avx512vl", "avx512"),  # Skylake-X: AVX-512, no BF16
+    (AMD_AVX2, "avx2"),
+    ("fp asimd", "base"),  # no x86 flags: llama.cpp's defaults for the machine
+])
+def test_make_builds_the_engine_for_the_cpus_class(flags, isa):
+    """The Makefile's class from a CPU's flags, and what it builds for it, as `make` computes them; and every class's
+    build reports features that CPU has (the guard above would refuse nothing make builds for it)."""
+    from grpokit.engines import LLAMA_FEATURE_FLAGS
+
+    out = subprocess.run(["make", "-s", "--no-print-directory", "llama-isa", f"CPU_FLAGS={flags}"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == isa
+    for feature in (arg[len("-DGGML_"):-len("=ON")] for arg in out[1:] if arg.endswith("=ON")):
+        assert set(LLAMA_FEATURE_FLAGS[feature]) <= set(flags.split()), feature  # option names = feature names
+
+
 def test_a_build_that_cannot_run_here_is_refused(monkeypatch):
     from grpokit import engines
 
