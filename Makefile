@@ -81,9 +81,11 @@ LLAMA_WHEELS := $(LLAMA_CACHE)/$(LLAMA_ISA)-$(LLAMA_KEY)
 
 # The sdist (downloaded once), then the wheel for this class out of it unless cached: built into a private directory
 # and moved in whole, so a concurrent install never sees half a wheel. --no-cache-dir: not into pip's wheel cache.
+# --no-binary names the package alone: ':all:' would also build the sdist's build requirements (scikit-build-core,
+# hatchling, ...) from source for pip's metadata step, 86 s of a 96 s download.
 define llama_wheel
 mkdir -p $(LLAMA_CACHE) && { test -f $(LLAMA_SDIST) || { \
-	$(PY) -m pip download --quiet --no-binary :all: --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(LLAMA_SDIST).d$$$$ && \
+	$(PY) -m pip download --quiet --no-binary llama-cpp-python --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(LLAMA_SDIST).d$$$$ && \
 	mv $(LLAMA_SDIST).d$$$$/llama_cpp_python-$(LLAMA_VERSION).tar.gz $(LLAMA_SDIST) && rm -rf $(LLAMA_SDIST).d$$$$; }; } && \
 { test -n "$$(ls $(LLAMA_WHEELS)/*.whl 2> /dev/null)" || { \
 	$(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps --no-cache-dir $(LLAMA_SDIST) -w $(LLAMA_WHEELS).d$$$$ && \
