@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode llama-cpp quick-test test test-fast lint bench gpu-bundle gpu-check-dry clean
+.PHONY: install bytecode llama-cpp llama-isa quick-test test test-fast lint bench gpu-bundle gpu-check-dry clean
 
 install: $(STAMP) bytecode
 
@@ -28,12 +28,25 @@ UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $
 
 # The llama_cpp generation engine is part of the default install: llama-cpp-python compiled from source (no wheel on
 # PyPI for it), built in the background while the rest installs (the compile is CPU-bound, the other installs are
-# mostly downloads and unpacking), then installed from the built wheel. pip caches that wheel, so a second venv
-# installs it in seconds (BENCHMARKS.md "The default install has the fast engine"). Where it cannot be built (no
-# C++ compiler, a failed compile) the install still completes, says so in one line, and runs generate with
-# transformers ('auto' falls back, with its reason in the run header); `make llama-cpp` retries and fails loudly.
-# - portable: AVX2/FMA/F16C baseline instead of -march=native, so the wheel pip caches runs on every x86-64 machine
-#   seen here (GGML_NATIVE=OFF);
+# mostly downloads and unpacking), then installed from the built wheel. The sdist is downloaded once, first thing in
+# that background job, into LLAMA_CACHE: the compile and llama.cpp's model converter both come out of that one file.
+# Where it cannot be built (no C++ compiler, a failed compile) the install still completes, says so in one line, and
+# runs generate with transformers ('auto' falls back, with its reason in the run header); `make llama-cpp` retries
+# and fails loudly.
+# - built for this machine's instruction class (LLAMA_ISA, from /proc/cpuinfo's flags; `make llama-isa` prints it):
+#   avx512bf16 (AVX512 F/CD/VL/DQ/BW + VBMI + VNNI + BF16: Intel Sapphire Rapids and later, AMD Zen 4 and later),
+#   avx512 (AVX512 F/CD/VL/DQ/BW), avx2 (AVX2/FMA/F16C/BMI2, the previous portable build), base (none of those).
+#   Not -march=native: the same class gives the same wheel on any CPU of that class. On an AMX CPU the avx512bf16
+#   build generates 12-21 % faster than the avx2 one from an f16 GGUF, 6-10 % from a bf16 one (a prompt's prefill:
+#   26-37 %, 17-18 %) (BENCHMARKS.md "The engine built for the CPU's instructions"). The
+#   built wheel is cached in LLAMA_CACHE under the class and a key of the build's options (pip's own wheel cache is
+#   keyed by the sdist only: an AVX-512 wheel cached there would die with SIGILL on an AVX2 machine sharing it), so a
+#   second venv on any machine of the class installs it in seconds. A library built for instructions the CPU lacks
+#   (a venv copied to an older machine) is refused by the run's engine choice (engines.llama_cpp_build_problem).
+#   AMX is left off: llama.cpp's AMX kernels, like its "repack" buffers, take quantized weights only (Q4_0, Q8_0,
+#   Q4_K, ...), not the f16/bf16 GGUFs the engine runs;
+# - libllama (loader, vocabulary, graph builders) at -O1, ggml (the arithmetic) at the release -O3 (llama-cpp.cmake):
+#   the compile 196 -> 148 s on 2 cores, generation unchanged;
 # - GGML_OPENMP=OFF: llama.cpp then uses its own thread pool, whose threads sleep between calls; OpenMP's worker
 #   threads spin-wait after each parallel region and would fight torch's own threads for the cores during the
 #   trainer's forward/backward;
@@ -43,58 +56,87 @@ UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $
 #   GGML_CPU_REPACK=OFF only drops a define (repack.cpp is compiled either way).
 # llama.cpp's model converter (convert_hf_to_gguf.py + conversion/ + gguf-py/) ships only in the sdist: it is
 # unpacked into $(VENV)/share/llama-cpp-convert, where grpokit/gguf_export.py looks for it.
+CPU_FLAGS ?= $(shell sed -n 's/^flags[[:space:]]*://p' /proc/cpuinfo 2>/dev/null | head -n 1)
+has_flags = $(if $(strip $(filter-out $(CPU_FLAGS),$(1))),,yes)
+AVX512_FLAGS := avx512f avx512cd avx512vl avx512dq avx512bw
+LLAMA_ISA ?= $(if $(call has_flags,$(AVX512_FLAGS) avx512vbmi avx512_vnni avx512_bf16),avx512bf16,$(if \
+	$(call has_flags,$(AVX512_FLAGS)),avx512,$(if $(call has_flags,avx avx2 fma f16c bmi2),avx2,base)))
+LLAMA_ISA_ARGS_base := -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF
+LLAMA_ISA_ARGS_avx2 := -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+LLAMA_ISA_ARGS_avx512 := $(LLAMA_ISA_ARGS_avx2) -DGGML_AVX512=ON
+LLAMA_ISA_ARGS_avx512bf16 := $(LLAMA_ISA_ARGS_avx512) -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
 LLAMA_STAMP := $(VENV)/.llama-cpp
 LLAMA_CONVERT := $(VENV)/share/llama-cpp-convert
 LLAMA_LOG := $(VENV)/llama-cpp-build.log
-LLAMA_WHEELS := $(VENV)/.llama-wheels
 LLAMA_VERSION := 0.3.36
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF \
+LLAMA_OPTIONS := -DGGML_NATIVE=OFF $(LLAMA_ISA_ARGS_$(LLAMA_ISA)) -DGGML_OPENMP=OFF \
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF \
-	-DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF \
-	-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/llama-cpp.cmake
+	-DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF
+LLAMA_CMAKE_ARGS := $(LLAMA_OPTIONS) -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/llama-cpp.cmake
 LLAMA_BUILD_ENV := CMAKE_BUILD_PARALLEL_LEVEL=$(shell nproc 2>/dev/null || echo 2) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)"
+LLAMA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/grpo-cli/llama-cpp-python-$(LLAMA_VERSION)
+LLAMA_SDIST := $(LLAMA_CACHE)/llama_cpp_python-$(LLAMA_VERSION).tar.gz
+LLAMA_KEY := $(shell { echo '$(LLAMA_OPTIONS)'; cat llama-cpp.cmake; } | cksum | cut -d' ' -f1)
+LLAMA_WHEELS := $(LLAMA_CACHE)/$(LLAMA_ISA)-$(LLAMA_KEY)
 
-# The converter out of the sdist, then the engine's stamp (after llama-cpp-python is installed).
-define llama_converter
-rm -rf $(LLAMA_CONVERT) $(VENV)/.llama-sdist && mkdir -p $(LLAMA_CONVERT) && \
-$(PY) -m pip download --quiet --no-binary :all: --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(VENV)/.llama-sdist && \
-tar -xzf $(VENV)/.llama-sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz -C $(LLAMA_CONVERT) --strip-components=3 \
+# The sdist (downloaded once), then the wheel for this class out of it unless cached: built into a private directory
+# and moved in whole, so a concurrent install never sees half a wheel. --no-cache-dir: not into pip's wheel cache.
+# --no-binary names the package alone: ':all:' would also build the sdist's build requirements (scikit-build-core,
+# hatchling, ...) from source for pip's metadata step, 86 s of a 96 s download.
+define llama_wheel
+mkdir -p $(LLAMA_CACHE) && { test -f $(LLAMA_SDIST) || { \
+	$(PY) -m pip download --quiet --no-binary llama-cpp-python --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(LLAMA_SDIST).d$$$$ && \
+	mv $(LLAMA_SDIST).d$$$$/llama_cpp_python-$(LLAMA_VERSION).tar.gz $(LLAMA_SDIST) && rm -rf $(LLAMA_SDIST).d$$$$; }; } && \
+{ test -n "$$(ls $(LLAMA_WHEELS)/*.whl 2> /dev/null)" || { \
+	$(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps --no-cache-dir $(LLAMA_SDIST) -w $(LLAMA_WHEELS).d$$$$ && \
+	mkdir -p $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).d$$$$/*.whl $(LLAMA_WHEELS)/ && rm -rf $(LLAMA_WHEELS).d$$$$; }; }
+endef
+
+# The engine from the cached wheel (replacing any other build of the same version), the converter out of the sdist,
+# then the engine's stamp.
+define llama_install
+$(PY) -m pip install --quiet --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl && \
+$(PY) -m pip install --quiet -r requirements-llama.txt && \
+rm -rf $(LLAMA_CONVERT) && mkdir -p $(LLAMA_CONVERT) && \
+tar -xzf $(LLAMA_SDIST) -C $(LLAMA_CONVERT) --strip-components=3 \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/conversion \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/gguf-py && \
-rm -rf $(VENV)/.llama-sdist && touch $(LLAMA_STAMP)
+echo $(LLAMA_ISA)-$(LLAMA_KEY) > $(LLAMA_STAMP)
 endef
 
 $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake tools/uv_pip_args.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc $(LLAMA_STAMP)
+	rm -f $(VENV)/.llama-wheel.rc $(LLAMA_STAMP)
 	@if command -v $${CXX:-c++} > /dev/null; then \
-		echo "llama.cpp engine: building alongside the installs ($(LLAMA_LOG))"; \
-		( $(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps -r requirements-llama.txt -w $(LLAMA_WHEELS) \
-			> $(LLAMA_LOG) 2>&1; echo $$? > $(LLAMA_WHEELS).rc ) & \
-	else echo "no C++ compiler" > $(LLAMA_WHEELS).rc; fi; \
+		echo "llama.cpp engine ($(LLAMA_ISA) build): building alongside the installs ($(LLAMA_LOG))"; \
+		( { $(llama_wheel); } > $(LLAMA_LOG) 2>&1; echo $$? > $(VENV)/.llama-wheel.rc ) & \
+	else echo "no C++ compiler" > $(VENV)/.llama-wheel.rc; fi; \
 	{ $(PY) -m pip install --quiet uv==$(UV_VERSION) && \
 	$(UV_PIP_INSTALL) --compile-bytecode -r requirements.txt && \
 	$(UV_PIP_INSTALL) --compile-bytecode --no-deps -r requirements-nodeps.txt; } || { \
 	echo "uv could not install the pinned set (above): installing it with pip"; \
 	$(PY) -m pip install --quiet -r requirements.txt && \
 	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; }; status=$$?; wait; exit $$status
-	@rc=$$(cat $(LLAMA_WHEELS).rc); \
-	if [ "$$rc" = 0 ] && { $(PY) -m pip install --quiet --find-links $(LLAMA_WHEELS) -r requirements-llama.txt && \
-		$(llama_converter); } >> $(LLAMA_LOG) 2>&1; then :; \
+	@rc=$$(cat $(VENV)/.llama-wheel.rc); \
+	if [ "$$rc" = 0 ] && { $(llama_install); } >> $(LLAMA_LOG) 2>&1; then :; \
 	elif [ "$$rc" = "no C++ compiler" ]; then \
 		echo "llama.cpp engine not built: no C++ compiler; retry: make llama-cpp"; \
 	else echo "llama.cpp engine build failed ($(LLAMA_LOG)); retry: make llama-cpp"; fi
-	rm -rf $(LLAMA_WHEELS) $(LLAMA_WHEELS).rc
+	rm -f $(VENV)/.llama-wheel.rc
 	touch $(STAMP)
 
-# The engine alone (a retry after a failed build): fails loudly. Reuses pip's cached wheel when there is one.
-llama-cpp: $(LLAMA_STAMP)
+# The engine alone (a retry after a failed build, or a venv moved to a CPU of another class): fails loudly. Reuses
+# the cached wheel when there is one. The stamp holds the class and build key it was installed for: another one here
+# (this Makefile's options changed, another CPU) rebuilds it.
+llama-cpp: | $(STAMP)
+	@test "$$(cat $(LLAMA_STAMP) 2> /dev/null)" = "$(LLAMA_ISA)-$(LLAMA_KEY)" || { \
+		echo "llama.cpp engine: $(LLAMA_ISA) build ($(LLAMA_WHEELS))"; $(llama_wheel) && $(llama_install); }
 
-$(LLAMA_STAMP): requirements-llama.txt llama-cpp.cmake | $(STAMP)
-	$(LLAMA_BUILD_ENV) $(PY) -m pip install --quiet -r requirements-llama.txt
-	$(llama_converter)
+# What `make` builds the engine for on this machine (CPU_FLAGS="..." to ask for another CPU's flags).
+llama-isa:
+	@echo "$(LLAMA_ISA) $(LLAMA_ISA_ARGS_$(LLAMA_ISA))"
 
 quick-test: install
 	$(PY) train_grpo.py --quick-test
@@ -117,7 +159,7 @@ $(TRITON_CPU)/.installed: | $(STAMP)
 # the files with the most tests), then the few tests that read the machine's load or a sub-second clock, alone.
 # `pytest` alone runs everything in one process.
 TEST_WORKERS ?= 2
-test: install $(LLAMA_STAMP) $(TRITON_CPU)/.installed
+test: install llama-cpp $(TRITON_CPU)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone"
 	$(PY) -m pytest -q -m alone

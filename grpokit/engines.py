@@ -17,8 +17,14 @@ Heavy imports (torch, llama_cpp) stay inside functions so importing this module 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import re
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 ENGINE_NAMES = ("auto", "transformers", "llama_cpp", "vllm")
@@ -70,6 +76,77 @@ def llama_cpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
+# llama.cpp's CPU features (llama_print_system_info) -> the /proc/cpuinfo flags the code built for them needs (ggml-cpu's
+# CMakeLists: GGML_AVX512 compiles with -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw). Features not listed
+# (LLAMAFILE, REPACK, OPENMP, Arm ones) are not x86 instructions.
+LLAMA_FEATURE_FLAGS = {
+    "SSE3": ("pni",), "SSSE3": ("ssse3",), "AVX": ("avx",), "AVX_VNNI": ("avx_vnni",), "AVX2": ("avx2",),
+    "F16C": ("f16c",), "FMA": ("fma",), "BMI2": ("bmi2",),
+    "AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+    "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",), "AVX512_BF16": ("avx512_bf16",),
+    "AMX_INT8": ("amx_tile", "amx_int8"),
+}
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str] | None:
+    """The CPU's instruction flags from /proc/cpuinfo ('flags' line; x86 Linux), None where there is none to read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    match = re.search(r"^flags\s*:(.*)$", cpuinfo, re.MULTILINE)
+    return frozenset(match.group(1).split()) if match else None
+
+
+def llama_missing_features(system_info: str, flags: frozenset[str]) -> list[str]:
+    """The features a llama.cpp build reports (llama_print_system_info: "CPU : AVX2 = 1 | AVX512 = 1 | ...") that need
+    instructions missing from `flags` (cpu_flags): code built for them dies with SIGILL on this CPU."""
+    built = re.findall(r"(\w+) = 1\b", system_info)
+    return [f for f in built if f in LLAMA_FEATURE_FLAGS and not set(LLAMA_FEATURE_FLAGS[f]) <= flags]
+
+
+# Run in a child: the library runs code built for its features as it reports them (ggml_cpu_init), which would kill
+# this process with SIGILL on a CPU without them. Only ctypes, no site (-S): ~30 ms.
+_PROBE = ("import ctypes, sys; f = ctypes.CDLL(sys.argv[1]).llama_print_system_info; f.restype = ctypes.c_char_p; "
+          "sys.stdout.write(f().decode())")
+
+
+def llama_cpp_library() -> Path | None:
+    """The llama.cpp library llama-cpp-python loads (its package's lib/), None where there is none."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    lib = Path(list(spec.submodule_search_locations)[0], "lib", "libllama.so")
+    return lib if lib.is_file() else None
+
+
+@functools.lru_cache(maxsize=1)
+def llama_cpp_problem_here() -> str | None:
+    """llama_cpp_build_problem for the installed library on this machine's CPU (probed once per process)."""
+    flags, lib = cpu_flags(), llama_cpp_library()
+    return None if flags is None or lib is None else llama_cpp_build_problem(lib, flags)
+
+
+def llama_cpp_build_problem(lib: Path, flags: frozenset[str]) -> str | None:
+    """Why the llama.cpp library `lib` cannot run on a CPU with `flags` (one line), or None: it can."""
+    try:
+        probe = subprocess.run([sys.executable, "-S", "-c", _PROBE, str(lib)], capture_output=True, text=True,
+                               timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"its library could not be probed ({err})"
+    if probe.returncode < 0:
+        return (f"its library crashed on load ({signal.Signals(-probe.returncode).name}): built for instructions "
+                f"this CPU lacks")
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        return f"its library does not load ({lines[-1] if lines else f'exit {probe.returncode}'})"
+    missing = llama_missing_features(probe.stdout, flags)
+    if missing:
+        return f"it was built for {', '.join(missing)}, which this CPU lacks"
+    return None
+
+
 def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
@@ -105,6 +182,10 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
                              "use 'vllm' or 'transformers'.")
         if not llama_cpp_available():
             raise UsageError("generation_engine 'llama_cpp' needs llama-cpp-python: run `make llama-cpp`.")
+        problem = llama_cpp_problem_here()
+        if problem:
+            raise UsageError(f"generation_engine 'llama_cpp' cannot run here: {problem}. Rebuild it for this CPU "
+                             f"(`make llama-cpp`) or use 'transformers'.")
         if not supported_arch:
             raise UsageError(f"generation_engine 'llama_cpp' supports {', '.join(SUPPORTED_ARCHITECTURES)}, not "
                              f"{architecture}: use 'transformers'.")
@@ -122,6 +203,9 @@ def choose_engine(requested: str, cuda: bool, backend: str, architecture: str | 
         return "transformers", "auto: CPU, llama.cpp engine not built (make llama-cpp)"
     if not supported_arch:
         return "transformers", f"auto: CPU, but llama_cpp does not support {architecture}"
+    problem = llama_cpp_problem_here()
+    if problem:
+        return "transformers", f"auto: CPU, but the llama.cpp engine cannot run here: {problem} (make llama-cpp)"
     return "llama_cpp", f"auto: CPU, llama-cpp-python {_version('llama_cpp_python')}"
 
 

@@ -71,6 +71,74 @@ def test_auto_falls_back_for_an_unsupported_architecture(monkeypatch):
     assert name == "transformers" and "Phi3ForCausalLM" in reason
 
 
+# What llama_print_system_info says for the Makefile's avx2 build and its avx512bf16 one (0.3.36 on machine C), and
+# /proc/cpuinfo's flags (the relevant part) of an AVX2-only AMD CPU and of an AMX Intel one.
+AVX2_BUILD = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | LLAMAFILE = 1 | REPACK = 1 | "
+AVX512_BUILD = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | "
+                "AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | LLAMAFILE = 1 | REPACK = 1 | ")
+AMD_AVX2 = "fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi1 bmi2 sha_ni"
+INTEL_AMX = (AMD_AVX2 + " avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16 amx_bf16 "
+             "amx_tile amx_int8 avx_vnni")
+
+
+def test_a_build_for_instructions_the_cpu_lacks_is_named():
+    from grpokit.engines import cpu_flags, llama_missing_features
+
+    amd, intel = cpu_flags(f"processor\t: 0\nflags\t\t: {AMD_AVX2}\n"), cpu_flags(f"flags\t: {INTEL_AMX}\n")
+    assert llama_missing_features(AVX512_BUILD, amd) == ["AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"]
+    assert llama_missing_features(AVX512_BUILD, intel) == []
+    assert llama_missing_features(AVX2_BUILD, amd) == []
+    # an AVX512F CPU without the rest of the set GGML_AVX512 compiles for (-mavx512bw ...) cannot run it either
+    assert llama_missing_features(AVX512_BUILD, amd | {"avx512f"})[0] == "AVX512"
+    assert cpu_flags("processor\t: 0\nFeatures\t: fp asimd\n") is None  # Arm: nothing to compare with
+
+
+def test_the_probe_reads_the_installed_library(tmp_path):
+    """The real library, probed in a child as a run does: fine on this CPU; on a CPU without AVX2 (the same library,
+    the flags this one would lack) the run is told why."""
+    from grpokit.engines import cpu_flags, llama_cpp_build_problem, llama_cpp_library
+
+    lib, flags = llama_cpp_library(), cpu_flags()
+    if lib is None or flags is None:
+        pytest.skip("needs llama-cpp-python's library (make llama-cpp) and an x86 /proc/cpuinfo")
+    assert llama_cpp_build_problem(lib, flags) is None
+    problem = llama_cpp_build_problem(lib, flags - {"avx2"})
+    assert problem and "AVX2" in problem and "this CPU lacks" in problem
+    broken = tmp_path / "libllama.so"
+    broken.write_bytes(b"not a library")
+    assert "does not load" in llama_cpp_build_problem(broken, flags)
+
+
+@pytest.mark.parametrize("flags, isa", [
+    (INTEL_AMX, "avx512bf16"),
+    (AMD_AVX2 + " avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16", "avx512bf16"),
+    (AMD_AVX2 + " avx512f avx512dq avx512cd avx512bw avx512vl", "avx512"),  # Skylake-X: AVX-512, no BF16
+    (AMD_AVX2, "avx2"),
+    ("fp asimd", "base"),  # no x86 flags: llama.cpp's defaults for the machine
+])
+def test_make_builds_the_engine_for_the_cpus_class(flags, isa):
+    """The Makefile's class from a CPU's flags, and what it builds for it, as `make` computes them; and every class's
+    build reports features that CPU has (the guard above would refuse nothing make builds for it)."""
+    from grpokit.engines import LLAMA_FEATURE_FLAGS
+
+    out = subprocess.run(["make", "-s", "--no-print-directory", "llama-isa", f"CPU_FLAGS={flags}"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == isa
+    for feature in (arg[len("-DGGML_"):-len("=ON")] for arg in out[1:] if arg.endswith("=ON")):
+        assert set(LLAMA_FEATURE_FLAGS[feature]) <= set(flags.split()), feature  # option names = feature names
+
+
+def test_a_build_that_cannot_run_here_is_refused(monkeypatch):
+    from grpokit import engines
+
+    monkeypatch.setattr(engines, "llama_cpp_available", lambda: True)
+    monkeypatch.setattr(engines, "llama_cpp_problem_here", lambda: "it was built for AVX512, which this CPU lacks")
+    name, reason = choose_engine("auto", cuda=False, backend="unsloth", architecture="LlamaForCausalLM")
+    assert name == "transformers" and "AVX512, which this CPU lacks" in reason and "make llama-cpp" in reason
+    with pytest.raises(UsageError, match="cannot run here: it was built for AVX512"):
+        choose_engine("llama_cpp", cuda=False, backend="unsloth", architecture="LlamaForCausalLM")
+
+
 def test_the_fallback_for_an_unbuilt_engine_fits_the_run_header(monkeypatch):
     """Without llama-cpp-python 'auto' says so and names the fix, on one line of the run header at 80 columns
     (`engine` is the header's 7-character key column)."""
