@@ -123,6 +123,34 @@ def _whole_pages(tensors) -> list[tuple[int, int]]:
     return ranges
 
 
+class LoraFile:
+    """A model's LoRA written as a GGUF adapter again and again (the engine's push, every step): the file's layout
+    (header, metadata, tensor table) is made once by gguf_export.write_lora_gguf and read back; each `write` fills
+    the tensors' current values into it and writes it in one call, the same bytes write_lora_gguf would write, without
+    walking the model's modules or running GGUFWriter at every push."""
+
+    def __init__(self, model, path: str | Path, architecture: str, n_head: int, n_kv_head: int):
+        from grpokit import gguf_export as gguf
+
+        self.layout, _ = gguf.lora_layout(model, architecture, n_head, n_kv_head)
+        gguf.write_lora_gguf(model, path, architecture, n_head, n_kv_head)
+        table = gguf_tensor_table(path)
+        self.template = bytearray(Path(path).read_bytes())
+        self.places = {name: (offset, size) for name, (offset, size, _) in table.items()}
+
+    def write(self, path: str | Path) -> Path:
+        from grpokit import gguf_export as gguf
+
+        data = self.template  # padding and header stay as written; every tensor's bytes are replaced below
+        for name, array in gguf.layout_tensors(self.layout).items():
+            offset, size = self.places[name]
+            if array.nbytes != size:
+                raise RuntimeError(f"LoRA tensor {name} changed shape since the adapter file was laid out")
+            np.frombuffer(data, dtype=np.float32, count=array.size, offset=offset)[:] = array.ravel()
+        Path(path).write_bytes(data)
+        return Path(path)
+
+
 class LlamaCppEngine:
     name = "llama_cpp"
 
@@ -141,6 +169,7 @@ class LlamaCppEngine:
         self._ctx = self._batch = None
         self._ctx_sequences = self._ctx_cells = 0
         self._adapter = None
+        self._lora_file = None  # (the model it was laid out for, its LoraFile)
         self._lora_dir = tempfile.mkdtemp(prefix="grpo-lora-")
         # removed by close(), or at the interpreter's exit where nothing closed the engine (__del__ does nothing
         # then): a run ended without it, leaving one empty directory in /tmp per run
@@ -355,12 +384,14 @@ class LlamaCppEngine:
 
     def push_adapter(self, model) -> None:
         """Convert `model`'s active LoRA to GGUF, load it, make the context use it, free the previous one."""
-        from grpokit.gguf_export import write_lora_gguf
-
         started = time.perf_counter()
         L = self._L
         path = Path(self._lora_dir) / f"lora-{self.pushes}.gguf"
-        write_lora_gguf(model, path, self.architecture, self.n_head, self.n_kv_head)
+        if self._lora_file is None or self._lora_file[0]() is not model:  # laid out once per model
+            self._lora_file = (weakref.ref(model), LoraFile(model, path, self.architecture, self.n_head,
+                                                            self.n_kv_head))
+        else:
+            self._lora_file[1].write(path)
         try:
             adapter = L.llama_adapter_lora_init(self._model, str(path).encode())
         finally:

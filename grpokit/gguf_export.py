@@ -223,14 +223,13 @@ def permute_rows(rows, n_head: int):
     return rows.reshape(n_head, 2, rows.shape[0] // n_head // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-def lora_tensors(model, architecture: str, n_head: int, n_kv_head: int):
-    """(GGUF tensor name -> float32 array, alpha) for the active LoRA adapter of a PEFT model.
+def lora_layout(model, architecture: str, n_head: int, n_kv_head: int):
+    """([(LoRA module, adapter name, GGUF base tensor name, heads whose rows llama.cpp permutes or 0)], alpha) for the
+    active LoRA adapter of a PEFT model; a UsageError names what llama.cpp cannot take.
 
     alpha is written so that llama.cpp's scale alpha / rank equals PEFT's scaling (also right for rsLoRA)."""
-    import torch
-
     _, permute = SUPPORTED_ARCHITECTURES[architecture]
-    tensors, scalings = {}, set()
+    layout, scalings = [], set()
     for name, module in model.named_modules():
         if not hasattr(module, "lora_A") or not len(getattr(module, "lora_A", {})):
             continue
@@ -245,22 +244,36 @@ def lora_tensors(model, architecture: str, n_head: int, n_kv_head: int):
             raise UsageError("llama_cpp engine: DoRA adapters have no llama.cpp equivalent; use "
                              "--set generation_engine=transformers.")
         block, proj = match.groups()
-        with torch.no_grad():
-            a = module.lora_A[adapter].weight.detach().float().cpu().numpy()
-            b = module.lora_B[adapter].weight.detach().float().cpu().numpy()
-        if permute and proj in ("q_proj", "k_proj"):
-            b = permute_rows(b, n_head if proj == "q_proj" else n_kv_head)
-        base = f"blk.{block}.{LORA_TENSOR_NAMES[proj]}.weight"
-        tensors[f"{base}.lora_a"], tensors[f"{base}.lora_b"] = a, b
-        scalings.add((float(module.scaling[adapter]), a.shape[0]))
-    if not tensors:
+        heads = (n_head if proj == "q_proj" else n_kv_head) if permute and proj in ("q_proj", "k_proj") else 0
+        layout.append((module, adapter, f"blk.{block}.{LORA_TENSOR_NAMES[proj]}.weight", heads))
+        scalings.add((float(module.scaling[adapter]), module.lora_A[adapter].weight.shape[0]))
+    if not layout:
         raise UsageError("llama_cpp engine: the model has no LoRA adapter to push; use "
                          "--set generation_engine=transformers.")
     products = {round(scale * rank, 6) for scale, rank in scalings}
     if len(products) != 1 or len({rank for _, rank in scalings}) != 1:
         raise UsageError("llama_cpp engine: LoRA layers with different ranks or scalings are not supported; use "
                          "--set generation_engine=transformers.")
-    return tensors, products.pop()
+    return layout, products.pop()
+
+
+def layout_tensors(layout):
+    """GGUF tensor name -> float32 array (B's rows in llama.cpp's order where it permutes q/k)."""
+    import torch
+
+    tensors = {}
+    with torch.no_grad():
+        for module, adapter, base, heads in layout:
+            a = module.lora_A[adapter].weight.detach().float().cpu().numpy()
+            b = module.lora_B[adapter].weight.detach().float().cpu().numpy()
+            tensors[f"{base}.lora_a"], tensors[f"{base}.lora_b"] = a, permute_rows(b, heads) if heads else b
+    return tensors
+
+
+def lora_tensors(model, architecture: str, n_head: int, n_kv_head: int):
+    """(GGUF tensor name -> float32 array, alpha) for the active LoRA adapter of a PEFT model (see lora_layout)."""
+    layout, alpha = lora_layout(model, architecture, n_head, n_kv_head)
+    return layout_tensors(layout), alpha
 
 
 def write_lora_gguf(model, path: str | Path, architecture: str, n_head: int, n_kv_head: int) -> Path:

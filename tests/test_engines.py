@@ -293,6 +293,32 @@ def test_a_new_adapter_moves_the_engine(peft_and_engine):
     assert np.abs(after - expected).max() < 0.05
 
 
+def test_each_push_writes_the_bytes_a_fresh_adapter_file_would_hold(peft_and_engine, tmp_path):
+    """The push lays the adapter file out once and then only refills its tensors: after the LoRA changed, the file
+    it writes is byte for byte what gguf_export.write_lora_gguf writes from scratch (q/k rows in llama.cpp's order)."""
+    from grpokit.engine_llama_cpp import LoraFile
+    from grpokit.gguf_export import write_lora_gguf
+
+    model, engine, _, _ = peft_and_engine
+    _set_lora_b(model, seed=3)
+    laid_out = LoraFile(model, tmp_path / "first.gguf", engine.architecture, engine.n_head, engine.n_kv_head)
+    _set_lora_b(model, seed=4)
+    with torch_no_grad():
+        for name, param in model.named_parameters():
+            if "lora_A" in name:
+                param.mul_(-0.5)
+    fresh = write_lora_gguf(model, tmp_path / "fresh.gguf", engine.architecture, engine.n_head, engine.n_kv_head)
+    refilled = laid_out.write(tmp_path / "refilled.gguf")
+    assert refilled.read_bytes() == fresh.read_bytes()
+    assert refilled.read_bytes() != (tmp_path / "first.gguf").read_bytes()
+
+
+def torch_no_grad():
+    import torch
+
+    return torch.no_grad()
+
+
 def test_same_seed_same_completions(peft_and_engine):
     model, engine, prompt, tokenizer = peft_and_engine
     _set_lora_b(model, seed=1, scale=0.002)
