@@ -50,6 +50,7 @@ def test_two_process_torchrun_run(tmp_path):
     out = tmp_path / "run"
     run = ("--quick-test", "--tool", "calculator", "--set", "per_device_train_batch_size=4", "--set", "per_device_eval_batch_size=4",
            "--max-generation-samples", "2", "--set", "best_metric=greedy_reward", "--set", "eval_steps=1",
+           "--set", "max_eval_samples=4",  # the evaluation must run at every step on both ranks; 4 prompts do
            "--set", "save_steps=1", "--set", "dynamic_sampling=true", "--set", "load_best_model_at_end=true",
            "--output-dir", str(out))
     result = _torchrun(*run, "--max-steps", "2")
