@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 from test_code_hacks import COLLECT, PUBLISH  # a correct completion leaves its code behind, a wrong one runs it
 
-from rewards.code.reward import CodeExecution, trusted_import_allowed
+from rewards.code.reward import CodeExecution, _called, trusted_import_allowed
 
 TIMEOUT = 5.0
 guards = pytest.mark.guards
@@ -514,6 +514,16 @@ def test_the_tests_objects_cross_as_handles():
     values, component = score({"tests": OBJECT_TESTS}, [OBJECT_HACK, OBJECT_RIGHT])
     assert values == [0.0, 1.0], component.last_details
     assert component.last_metrics["code/unsplit_tests"] == 0
+
+
+@guards("every name a step calls is a candidate for the code's function, whatever the steps before it read as "
+        "attributes: a step's nodes reuse the addresses of an earlier step's freed ones, and a name told apart from an "
+        "attribute's object by its id was dropped (its test failed with a NameError: the object test above, once in CI)")
+def test_a_name_is_told_from_an_attributes_object_in_its_own_step():
+    steps = [("setup", "\n".join(f"o{i}.a" for i in range(100))), ("setup", "pass"),
+             ("test", "assert " + " + ".join(f"f{i}()" for i in range(100)) + " == 100")]
+    for _ in range(20):
+        assert {f"f{i}" for i in range(100)} <= _called(steps)
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -918,11 +918,11 @@ def _trusted_namespace(sink: list[str], modules: dict[str, types.ModuleType] | N
 def _called(steps: list[tuple[str, str]]) -> set[str]:
     """Names the tests call or pass on (`add(1, 2)`, `candidate = add`), not those they only read attributes of
     (`np.isclose`: a module, never the code's function)."""
-    names, bases = set(), set()
+    names = set()
     for tree in _step_trees(steps):
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                bases.add(id(node.value))
+        # per tree: an id is an address, and a later step's nodes reuse the addresses of an earlier step's freed ones
+        bases = {id(node.value) for node in ast.walk(tree)
+                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)}
         names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
                   and id(n) not in bases}
     return names
