@@ -21,7 +21,9 @@ bytecode: $(STAMP)
 # with pip (UV_VERSION); .venv/bin/pip stays for users, and pip still builds the llama.cpp engine (below). uv does not
 # read pip's configuration, so tools/uv_pip_args.py says pip's package sources to it at install time (a local wheel
 # directory with the CPU build of torch, mirrors, a CA: whatever the machine configured for pip) and pip's rule of the
-# best version over all of them. --compile-bytecode: pip byte-compiles what it installs, uv only when asked.
+# best version over all of them. Byte-compiled: what a run imports (tools/compile_run_imports.py imports it, ~4,800 of
+# the set's ~16,000 files, 25 CPU-seconds) while the engine compiles, not everything (uv's --compile-bytecode: 51
+# CPU-seconds taken from that compile); `make test` compiles the rest (BYTECODE_ALL) before its many processes start.
 UV_VERSION := 0.13.8
 UV := $(VENV)/bin/uv
 UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $(PY) --quiet
@@ -46,7 +48,8 @@ UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $
 #   AMX is left off: llama.cpp's AMX kernels, like its "repack" buffers, take quantized weights only (Q4_0, Q8_0,
 #   Q4_K, ...), not the f16/bf16 GGUFs the engine runs;
 # - libllama (loader, vocabulary, graph builders) at -O1, ggml (the arithmetic) at the release -O3 (llama-cpp.cmake):
-#   the compile 196 -> 148 s on 2 cores, generation unchanged;
+#   the compile 196 -> 148 s on 2 cores, generation unchanged; libllama's load-time files in unity batches: its
+#   compile 141 -> 118 CPU-seconds;
 # - GGML_OPENMP=OFF: llama.cpp then uses its own thread pool, whose threads sleep between calls; OpenMP's worker
 #   threads spin-wait after each parallel region and would fight torch's own threads for the cores during the
 #   trainer's forward/backward;
@@ -114,11 +117,12 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-
 		( { $(llama_wheel); } > $(LLAMA_LOG) 2>&1; echo $$? > $(VENV)/.llama-wheel.rc ) & \
 	else echo "no C++ compiler" > $(VENV)/.llama-wheel.rc; fi; \
 	{ $(PY) -m pip install --quiet uv==$(UV_VERSION) && \
-	$(UV_PIP_INSTALL) --compile-bytecode -r requirements.txt && \
-	$(UV_PIP_INSTALL) --compile-bytecode --no-deps -r requirements-nodeps.txt; } || { \
+	$(UV_PIP_INSTALL) -r requirements.txt && \
+	$(UV_PIP_INSTALL) --no-deps -r requirements-nodeps.txt; } || { \
 	echo "uv could not install the pinned set (above): installing it with pip"; \
 	$(PY) -m pip install --quiet -r requirements.txt && \
-	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; }; status=$$?; wait; exit $$status
+	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; }; status=$$?; \
+	if [ $$status = 0 ]; then $(PY) tools/compile_run_imports.py > /dev/null 2>&1; fi; wait; exit $$status
 	@rc=$$(cat $(VENV)/.llama-wheel.rc); \
 	if [ "$$rc" = 0 ] && { $(llama_install); } >> $(LLAMA_LOG) 2>&1; then :; \
 	elif [ "$$rc" = "no C++ compiler" ]; then \
@@ -159,12 +163,17 @@ $(TRITON_CPU)/.installed: | $(STAMP)
 # the files with the most tests), then the few tests that read the machine's load or a sub-second clock, alone.
 # `pytest` alone runs everything in one process.
 TEST_WORKERS ?= 2
-test: install llama-cpp $(TRITON_CPU)/.installed
+BYTECODE_ALL := $(VENV)/.bytecode-all
+$(BYTECODE_ALL): $(STAMP)
+	-$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null
+	touch $@
+
+test: install llama-cpp $(TRITON_CPU)/.installed $(BYTECODE_ALL)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone"
 	$(PY) -m pytest -q -m alone
 
-test-fast: install
+test-fast: install $(BYTECODE_ALL)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not alone"
 	$(PY) -m pytest -q -m "alone and not slow"
 
