@@ -16,9 +16,11 @@ sys.dont_write_bytecode = False  # the point of this script, whatever PYTHONDONT
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # The order a run imports in: Unsloth before trl / transformers (it patches them), then what the run uses.
+# The embedded model's architecture is Llama (modeling_llama is imported when a model of it loads).
 STEPS = ["grpokit.console", "grpokit.model_loader", "unsloth", "trl", "trl.trainer.grpo_trainer", "peft", "datasets",
-         "typer", "rich", "matplotlib.pyplot", "grpokit.run", "grpokit.trl_trainer", "grpokit.callbacks",
-         "grpokit.engine_llama_cpp", "grpokit.report", "grpokit.plots", "data_loader", "rewards"]
+         "transformers.models.llama.modeling_llama", "typer", "rich", "matplotlib.pyplot", "grpokit.run",
+         "grpokit.trl_trainer", "grpokit.callbacks", "grpokit.engine_llama_cpp", "grpokit.report", "grpokit.plots",
+         "data_loader", "rewards"]
 
 
 def main() -> int:
