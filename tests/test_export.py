@@ -418,6 +418,27 @@ def test_a_base_model_given_that_cannot_be_used_is_named_as_given(tmp_path, monk
     assert str(err.value) == words.format(tmp=tmp_path)
 
 
+def test_a_truncated_adapter_is_one_line_read_without_torch(tmp_path):
+    """The adapter's header is read before any work; reading it needs no torch (a 2 s import before an error line)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "smollm2-135m-instruct",
+                                                            "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    weights = adapter / "adapter_model.safetensors"
+    save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((8, 576), np.float32)},
+              str(weights))
+    check = ("import sys; from pathlib import Path; from grpokit.export import find_adapter; "
+             f"find_adapter(Path({str(adapter)!r})); print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "False", result.stderr[-2000:]
+    weights.write_bytes(weights.read_bytes()[:1000])
+    line = one_error_line(cli("export", str(adapter), "--no-measure"))
+    assert line == f"error: {adapter}: the adapter files are unreadable or truncated (SafetensorError)."
+
+
 def test_an_output_dir_that_is_a_file_is_named(tmp_path):
     # the write itself said only "error: ...: File exists"
     import torch
