@@ -9,7 +9,8 @@
 
 Precedence: built-in defaults < preset (default, --quick-test, --production, --preset) < --config FILE < flags
 < --set. Bad input exits with code 2 and one line saying what to fix. Heavy libraries (torch, unsloth, trl) are
-imported only once a run is known to be valid, so --help and --dry-run are instant.
+imported only once a run is known to be valid, so --help and bad input answer at once; --dry-run loads no model, only
+the model's tokenizer to count the prompts too long to keep (~9 s on 2 cores, most of it importing transformers).
 """
 
 from __future__ import annotations
