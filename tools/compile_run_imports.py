@@ -2,7 +2,7 @@
 
 The pinned set holds ~16,000 Python files; a run imports ~4,800 of them. uv byte-compiles everything it installs only
 with --compile-bytecode (51 CPU-seconds here), and during a fresh install that time comes out of the llama.cpp
-compile running beside it on the same cores. Importing what a run imports writes the .pyc of exactly those (~20
+compile running beside it on the same cores. Importing what a run imports writes the .pyc of exactly those (~25
 CPU-seconds), so a run in an environment that sets PYTHONDONTWRITEBYTECODE (CI, many containers) does not compile
 its imports again in every process. Whatever a run imports that is not here is compiled on first use, as Python
 always does; `make test` byte-compiles the rest (its many processes import more). Never fails the install: a package
@@ -15,27 +15,24 @@ from pathlib import Path
 sys.dont_write_bytecode = False  # the point of this script, whatever PYTHONDONTWRITEBYTECODE says
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# The order a run imports in: Unsloth before trl / transformers (it patches them), then what the run uses.
-# The embedded model's architecture is Llama (modeling_llama is imported when a model of it loads).
-STEPS = ["grpokit.console", "grpokit.model_loader", "unsloth", "trl", "trl.trainer.grpo_trainer", "peft", "datasets",
-         "transformers.models.llama.modeling_llama", "typer", "rich", "matplotlib.pyplot", "grpokit.run",
-         "grpokit.trl_trainer", "grpokit.callbacks", "grpokit.engine_llama_cpp", "grpokit.report", "grpokit.plots",
-         "data_loader", "rewards"]
+# What a run uses, after the backend (Unsloth, imported first: it patches trl / transformers). The embedded model's
+# architecture is Llama (modeling_llama is imported when a model of it loads).
+MODULES = ["trl", "trl.trainer.grpo_trainer", "peft", "datasets", "transformers.models.llama.modeling_llama", "typer",
+           "rich", "matplotlib.pyplot", "grpokit.run", "grpokit.trl_trainer", "grpokit.callbacks",
+           "grpokit.engine_llama_cpp", "grpokit.report", "grpokit.plots", "data_loader", "rewards"]
 
 
 def main() -> int:
     import importlib
 
-    for name in STEPS:
-        try:
-            if name == "unsloth":
-                from grpokit.console import quiet_third_party
-                from grpokit.model_loader import import_backend
+    from grpokit.console import quiet_third_party
+    from grpokit.model_loader import import_backend
 
-                quiet_third_party()
-                import_backend("unsloth")
-            else:
-                importlib.import_module(name)
+    quiet_third_party()
+    import_backend("unsloth")  # falls back to transformers (with its warning) where Unsloth cannot be imported
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - the run reports it; this only misses the head start
             print(f"compile_run_imports: {name}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
     return 0
