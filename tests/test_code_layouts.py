@@ -139,6 +139,15 @@ def test_add():
 def test_add_twos():
     assert plus(2, 2) == 4
 """
+KODCODE_MODULE = """
+import solution
+
+def test_add():
+    assert solution.add(1, 2) == 3
+
+def test_add_twos():
+    assert solution.add(2, 2) == 4
+"""
 KODCODE_STAR = """
 from solution import *
 
@@ -166,6 +175,8 @@ LAYOUTS = [
     ("pytest, the completion imported as `solution` (KodCode)", {"tests": KODCODE}, 0.5),
     ("... with an entry point", {"tests": KODCODE, "entry_point": "add"}, 0.5),
     ("... import solution, from solution import add as plus", {"tests": KODCODE_ALIASED}, 0.5),
+    # `import solution` is a step of its own: `solution.add` in the test functions after it is the code's (it scored 0)
+    ("... import solution alone, solution.add", {"tests": KODCODE_MODULE}, 0.5),
     ("... from solution import *", {"tests": KODCODE_STAR}, 0.5),
     ("... from solution import *, with an entry point", {"tests": KODCODE_STAR, "entry_point": "add"}, 0.5),
 ]

@@ -936,14 +936,16 @@ def _from_solution(steps: list[tuple[str, str]]) -> tuple[list[str], bool]:
     attributes they read of `import solution [as s]` (`s.f`); and whether they import all of it (`import *`)."""
     names: list[str] = []
     star = False
-    for tree in _step_trees(steps):
-        modules = set()
+    modules = set()  # over every step: `import solution` is a step of its own (split_tests), `solution.f` a later one
+    trees = list(_step_trees(steps))
+    for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module == SOLUTION_MODULE and not node.level:
                 names += [a.name for a in node.names if a.name != "*"]
                 star = star or any(a.name == "*" for a in node.names)
             elif isinstance(node, ast.Import):
                 modules |= {a.asname or a.name for a in node.names if a.name == SOLUTION_MODULE}
+    for tree in trees:
         names += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                   and n.value.id in modules]
     return list(dict.fromkeys(names)), star
