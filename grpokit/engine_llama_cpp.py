@@ -35,6 +35,7 @@ import numpy as np
 
 from config.errors import UsageError
 from grpokit.engines import SamplingParams
+from grpokit.gguf_export import GGML_TYPE_BF16, GGML_TYPE_F16, gguf_tensor_table
 from grpokit.sampling import sample_rows, sequence_rngs
 
 log = logging.getLogger("grpo")
@@ -43,7 +44,6 @@ MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: larger calls are split into ch
 PREFILL_TOKENS = 512  # prompt tokens per llama_decode call: the context's n_ubatch (see _ensure_context)
 # ggml.h's enum ggml_log_level (llama-cpp-python's _logger.py comment has an older numbering)
 GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT = 3, 4, 5
-GGML_TYPE_F16, GGML_TYPE_BF16 = 1, 30  # ggml.h's enum ggml_type
 _log_callback = None  # kept referenced: llama.cpp calls it for the life of the process
 _last_level = [0]  # a CONT message continues the previous one's level
 
@@ -70,36 +70,6 @@ def _llama():
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
     return llama_cpp
-
-
-class _GGUFInitParams(ctypes.Structure):
-    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
-
-
-def gguf_tensor_table(path: str | Path) -> dict[str, tuple[int, int, int]]:
-    """name -> (absolute file offset, bytes, ggml type) of every tensor in a GGUF, read by ggml's own parser (gguf-py's
-    GGUFReader takes ~2.3 s on SmolLM2's file, walking its 49k-token vocabulary in Python; this takes milliseconds)."""
-    from llama_cpp._ggml import libggml as lib  # libggml-base's gguf_* API, reachable through libggml
-
-    lib.gguf_init_from_file.restype = ctypes.c_void_p
-    lib.gguf_init_from_file.argtypes = [ctypes.c_char_p, _GGUFInitParams]
-    for name, restype in (("gguf_get_n_tensors", ctypes.c_int64), ("gguf_get_data_offset", ctypes.c_size_t)):
-        getattr(lib, name).restype, getattr(lib, name).argtypes = restype, [ctypes.c_void_p]
-    for name, restype in (("gguf_get_tensor_name", ctypes.c_char_p), ("gguf_get_tensor_offset", ctypes.c_size_t),
-                          ("gguf_get_tensor_size", ctypes.c_size_t), ("gguf_get_tensor_type", ctypes.c_int)):
-        getattr(lib, name).restype, getattr(lib, name).argtypes = restype, [ctypes.c_void_p, ctypes.c_int64]
-    lib.gguf_free.argtypes = [ctypes.c_void_p]
-    ctx = lib.gguf_init_from_file(str(path).encode(), _GGUFInitParams(True, None))
-    if not ctx:
-        raise RuntimeError(f"ggml could not read the GGUF header of {path}")
-    try:
-        base = lib.gguf_get_data_offset(ctx)
-        return {lib.gguf_get_tensor_name(ctx, i).decode(): (base + lib.gguf_get_tensor_offset(ctx, i),
-                                                             lib.gguf_get_tensor_size(ctx, i),
-                                                             lib.gguf_get_tensor_type(ctx, i))
-                for i in range(lib.gguf_get_n_tensors(ctx))}
-    finally:
-        lib.gguf_free(ctx)
 
 
 MADV_DONTNEED = 4

@@ -18,6 +18,7 @@ LoRA: written in-process with `gguf.GGUFWriter` (~40 ms), tensor names and q/k r
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
@@ -53,6 +54,39 @@ LORA_TENSOR_NAMES = {
 }
 # A projection module inside block N (a PEFT LoRA layer, or its `.base_layer`): (N, projection name).
 PROJECTION_MODULE = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)(?:\.base_layer)?$")
+
+GGML_TYPE_F16, GGML_TYPE_BF16 = 1, 30  # ggml.h's enum ggml_type
+
+
+class _GGUFInitParams(ctypes.Structure):
+    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
+
+
+def gguf_tensor_table(path: str | Path) -> dict[str, tuple[int, int, int]]:
+    """name -> (absolute file offset, bytes, ggml type) of every tensor in a GGUF, read by ggml's own parser (gguf-py's
+    GGUFReader takes ~2.3 s on SmolLM2's file, walking its 49k-token vocabulary in Python; this takes milliseconds)."""
+    from llama_cpp._ggml import libggml as lib  # libggml-base's gguf_* API, reachable through libggml
+
+    lib.gguf_init_from_file.restype = ctypes.c_void_p
+    lib.gguf_init_from_file.argtypes = [ctypes.c_char_p, _GGUFInitParams]
+    for name, restype in (("gguf_get_n_tensors", ctypes.c_int64), ("gguf_get_data_offset", ctypes.c_size_t)):
+        getattr(lib, name).restype, getattr(lib, name).argtypes = restype, [ctypes.c_void_p]
+    for name, restype in (("gguf_get_tensor_name", ctypes.c_char_p), ("gguf_get_tensor_offset", ctypes.c_size_t),
+                          ("gguf_get_tensor_size", ctypes.c_size_t), ("gguf_get_tensor_type", ctypes.c_int)):
+        getattr(lib, name).restype, getattr(lib, name).argtypes = restype, [ctypes.c_void_p, ctypes.c_int64]
+    lib.gguf_free.argtypes = [ctypes.c_void_p]
+    ctx = lib.gguf_init_from_file(str(path).encode(), _GGUFInitParams(True, None))
+    if not ctx:
+        raise RuntimeError(f"ggml could not read the GGUF header of {path}")
+    try:
+        base = lib.gguf_get_data_offset(ctx)
+        return {lib.gguf_get_tensor_name(ctx, i).decode(): (base + lib.gguf_get_tensor_offset(ctx, i),
+                                                             lib.gguf_get_tensor_size(ctx, i),
+                                                             lib.gguf_get_tensor_type(ctx, i))
+                for i in range(lib.gguf_get_n_tensors(ctx))}
+    finally:
+        lib.gguf_free(ctx)
+
 
 CONVERTER_ENV = "GRPO_LLAMA_CONVERTER"  # a directory holding convert_hf_to_gguf.py (overrides the default place)
 
@@ -186,8 +220,7 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
 
     model_dir = check_model_dir(model_dir)
     quantized = quantized_weights(model)
-    settings = nf4_settings(model)
-    target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}-{settings}.{dtype}.gguf"
+    target = dequantized_path(model_dir, cache, nf4_settings(model), dtype)
     if target.exists():
         return target
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -216,6 +249,58 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
         for leftover in scratch.iterdir():
             leftover.unlink()
         scratch.rmdir()
+
+
+def dequantized_path(model_dir: Path, cache: Path, settings: str, dtype: str) -> Path:
+    """Where dequantized_gguf keeps the GGUF of `model_dir`'s weights rounded through NF4 with `settings`."""
+    return cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}-{settings}.{dtype}.gguf"
+
+
+def cached_nf4_weights(model_dir: str | Path, model, settings: str) -> dict:
+    """{module name: 16-bit weight} of `model`'s projections as model_loader.round_through_nf4 rounds them for the
+    llama_cpp engine, read from the engine's GGUF of those very values where an earlier run wrote it (dequantized_gguf,
+    cached by the checkpoint's identity and `settings`): a copy of ~270 MB instead of bitsandbytes' quantiser on every
+    projection (SmolLM2: 3 s on 2 threads, 5 s on one). In HF row order (llama.cpp's converter reorders Llama's q/k
+    rows); {} where there is no such file. A projection the file does not hold as 16-bit values of the weight's shape
+    is left out: round_through_nf4 rounds it itself."""
+    import torch
+
+    from grpokit.model_loader import cache_dir
+
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file() or not list(model_dir.glob("*.safetensors")):
+        return {}
+    target = dequantized_path(model_dir, cache_dir(), settings, engine_dtype(model))
+    if not target.is_file():
+        return {}
+    try:
+        table = gguf_tensor_table(target)
+    except (OSError, AttributeError, RuntimeError):  # a libggml without the gguf API: rounded as without the file
+        return {}
+    config = json.loads((model_dir / "config.json").read_text())
+    permuted = SUPPORTED_ARCHITECTURES.get((config.get("architectures") or ["?"])[0], ("", False))[1]
+    heads = {"q_proj": config.get("num_attention_heads"),
+             "k_proj": config.get("num_key_value_heads") or config.get("num_attention_heads")}
+    stored = {GGML_TYPE_F16: torch.float16, GGML_TYPE_BF16: torch.bfloat16}
+    found = {}
+    with open(target, "rb") as handle:
+        for name, module in model.named_modules():
+            match = PROJECTION_MODULE.search(name)
+            if type(module) is not torch.nn.Linear or not match or match.group(2) not in LORA_TENSOR_NAMES:
+                continue
+            offset, size, kind = table.get(f"blk.{match.group(1)}.{LORA_TENSOR_NAMES[match.group(2)]}.weight",
+                                           (0, 0, -1))
+            shape = module.weight.shape
+            reordered = permuted and match.group(2) in heads
+            if kind not in stored or size != shape.numel() * 2 or (reordered and module.bias is not None):
+                continue
+            handle.seek(offset)
+            weight = torch.frombuffer(bytearray(handle.read(size)), dtype=stored[kind]).view(shape)
+            if reordered:  # GGUF row i holds HF row rows[i] (share_weights' view and hook do the same)
+                rows = permute_rows(torch.arange(shape[0]), heads[match.group(2)])
+                weight = weight[torch.argsort(rows)]
+            found[name] = weight
+    return found
 
 
 def permute_rows(rows, n_head: int):

@@ -8,12 +8,14 @@ safetensors (later loads take ~0.5 s).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from config.errors import UsageError
@@ -305,7 +307,7 @@ def _prequantized(path: str) -> bool:
     return re.search(r"-(bnb|unsloth-bnb)-4bit$", str(path).rstrip("/"), re.IGNORECASE) is not None
 
 
-def round_through_nf4(model, shared: bool, compute=None) -> int:
+def round_through_nf4(model, shared: bool, compute=None, cached=None) -> int:
     """Replace the weight of every Linear layer bitsandbytes would quantise (Unsloth's skip list: the LM head,
     routers, vision towers stay 16-bit) by its NF4 round trip: quantize_4bit -> dequantize_4bit, with the settings
     of the 4-bit path, rounded to the dtype the model computes in as bitsandbytes' dequantisation is (bf16 on a CPU
@@ -316,7 +318,9 @@ def round_through_nf4(model, shared: bool, compute=None) -> int:
     bf16 where the model computes in bf16 (the rounded values themselves, read with no cast), float16 where it
     computes in float32 (f16 holds float32 values to 2^-11 relative, bf16 only to 2^-8; the trainer's per-matmul
     upcast gives them back). Otherwise each layer keeps its own dtype. `compute`: round to this dtype instead of the
-    model's (the export rounds a float32 copy of the base as a bf16 run did, export.round_base). Returns how many
+    model's (the export rounds a float32 copy of the base as a bf16 run did, export.round_base). `cached(settings)`:
+    {module name: these layers' values as `shared` stores them}, already rounded (gguf_export.cached_nf4_weights:
+    the engine's GGUF of them from an earlier run); a layer found there is not rounded again. Returns how many
     layers were rounded."""
     import torch
     from bitsandbytes.functional import dequantize_4bit, quantize_4bit
@@ -328,12 +332,21 @@ def round_through_nf4(model, shared: bool, compute=None) -> int:
         skip = ["lm_head"]
     head = model.get_output_embeddings()
     compute = compute or model.get_input_embeddings().weight.dtype  # float32, or bf16 on a CPU with bf16 units
+    settings = f"nf4-b{NF4_BLOCKSIZE}-dq1" + ("-bf16" if compute == torch.bfloat16 else "")
+    found = cached(settings) if cached is not None and shared else {}
     rounded = 0
     with torch.no_grad():
         for name, module in model.named_modules():
             if not isinstance(module, torch.nn.Linear) or module is head or not should_convert_module(name, skip):
                 continue
             weight = module.weight
+            value = found.get(name)
+            if (value is not None and weight.dtype in (torch.bfloat16, torch.float16) and value.shape == weight.shape
+                    and value.dtype == (torch.bfloat16 if compute == torch.bfloat16 else torch.float16)
+                    and bool(torch.isfinite(value).all())):  # what the rounding below would store
+                module.weight = torch.nn.Parameter(value, requires_grad=False)
+                rounded += 1
+                continue
             packed, state = quantize_4bit(weight.float(), blocksize=NF4_BLOCKSIZE, compress_statistics=True,
                                           quant_type="nf4")
             rounded_weight = dequantize_4bit(packed, state).to(compute)
@@ -349,7 +362,7 @@ def round_through_nf4(model, shared: bool, compute=None) -> int:
     if not shared:  # the replaced 16-bit weights' pages (a mapped checkpoint) go; with llama_cpp, once shared
         off_checkpoint_mapping(model)
     # the settings, and the rounding: an export of these values (gguf_export.dequantized_gguf) is cached by them
-    setattr(model, NF4_ROUNDED, f"nf4-b{NF4_BLOCKSIZE}-dq1" + ("-bf16" if compute == torch.bfloat16 else ""))
+    setattr(model, NF4_ROUNDED, settings)
     return rounded
 
 
@@ -437,10 +450,12 @@ def frozen_weights_in_bf16(config, engine: str, cuda: bool):
             del os.environ["UNSLOTH_CPU_FROZEN_BF16"]
 
 
-def load_model(config, backend: str, engine: str = "transformers", plan=None):
+def load_model(config, backend: str, engine: str = "transformers", plan=None, cached_nf4=None):
     """(model with LoRA adapters, tokenizer) through the chosen backend; `engine`: the generation engine that will
     sample from it (see frozen_weights_in_bf16); `plan`: the run's load plan (grpokit/load_plan.py: the machine,
-    dtype and device_map; None: this machine, today's rules)."""
+    dtype and device_map; None: this machine, today's rules); `cached_nf4(model_dir, model, settings)`: where the
+    llama_cpp engine keeps the NF4-rounded weights of an earlier run (gguf_export.cached_nf4_weights; see
+    round_through_nf4)."""
     import torch
 
     path = model_path(config.model_name, config.load_in_4bit)
@@ -464,9 +479,11 @@ def load_model(config, backend: str, engine: str = "transformers", plan=None):
             with frozen_weights_in_bf16(config, engine, cuda), _stdout_to_log("unsloth"):
                 model, tokenizer = FastLanguageModel.from_pretrained(path, **kwargs)
             if nf4:
-                rounded = round_through_nf4(model, shared=engine == "llama_cpp")
-                log.info("4-bit on CPU: %d projections rounded through NF4, computed in 16 bits", rounded,
-                         extra={"file_only": True})
+                started = time.perf_counter()
+                cached = None if cached_nf4 is None else functools.partial(cached_nf4, path, model)
+                rounded = round_through_nf4(model, shared=engine == "llama_cpp", cached=cached)
+                log.info("4-bit on CPU: %d projections rounded through NF4, computed in 16 bits (%.1f s)", rounded,
+                         time.perf_counter() - started, extra={"file_only": True})
             model = FastLanguageModel.get_peft_model(
                 model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                 target_modules=list(config.lora_target_modules), use_gradient_checkpointing=gc,

@@ -308,7 +308,10 @@ class GRPOTrainer:
         plan = self.plan_load(self.engine_choice, machine)
         if plan.trainer_args_first:
             self._trainer_args_first = self._zero3_trainer_args()
-        self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0], plan)
+        cached_nf4 = None
+        if self.engine_choice[0] == "llama_cpp":  # 4-bit on CPU: the engine's GGUF of an earlier run holds the rounding
+            from grpokit.gguf_export import cached_nf4_weights as cached_nf4
+        self.model, self.tokenizer = load_model(self.config, self.backend, self.engine_choice[0], plan, cached_nf4)
         agent = self.plan_agent()
         if agent.active:  # [agents] the tool template and parser on the tokenizer TRL gets
             from grpokit.agents import prepare_tokenizer

@@ -987,6 +987,58 @@ def test_4bit_with_llama_cpp_computes_the_nf4_weights_in_16_bits():
     assert probe["dtype_after_close"] == f"{kept} {kept}", probe
 
 
+@pytest.mark.parametrize("compute", ["bfloat16", "float32"])
+def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tmp_path, monkeypatch, compute):
+    """The NF4 round trip of every projection (bitsandbytes' quantiser: 3-5 s on SmolLM2) is what the engine's cached
+    GGUF holds, in the dtype the trainer stores it in (bf16 where it computes in bf16; f16 where it computes in
+    float32 from 16-bit frozen weights): a later run copies it from there, q/k rows put back in HF order (llama.cpp's
+    converter reorders Llama's), and gets the same bits; without the file it rounds them itself."""
+    pytest.importorskip("llama_cpp")
+    import functools
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpokit import gguf_export
+    from grpokit.doctor import save_tiny_llama
+    from grpokit.model_loader import embedded_model_dir, nf4_rounding, round_through_nf4
+
+    model_dir = save_tiny_llama(tmp_path / "tiny-llama", AutoTokenizer.from_pretrained(embedded_model_dir()))
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # then a private one for the engine's GGUF
+
+    def load():
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, compute))
+        for module in model.model.layers.modules():  # float32 compute: 16-bit frozen projections (Unsloth's CPU path)
+            if isinstance(module, torch.nn.Linear):
+                module.weight = torch.nn.Parameter(module.weight.detach().to(torch.bfloat16), requires_grad=False)
+        return model
+
+    def projections(model):
+        return {name: module.weight for name, module in model.named_modules()
+                if isinstance(module, torch.nn.Linear) and ".layers." in name}
+
+    first = load()
+    assert round_through_nf4(first, shared=True, cached=functools.partial(gguf_export.cached_nf4_weights, model_dir,
+                                                                          first)) == 14  # no file yet: rounded
+    dtype = gguf_export.engine_dtype(first)
+    assert dtype == ("bf16" if compute == "bfloat16" else "f16")
+    gguf_export.dequantized_gguf(first, model_dir, tmp_path / "cache", dtype)  # what the engine writes at its start
+    later = load()
+    found = gguf_export.cached_nf4_weights(model_dir, later, nf4_rounding(first))
+    assert len(found) == 14  # 2 layers x 7 projections, q / k among them
+    assert round_through_nf4(later, shared=True, cached=functools.partial(gguf_export.cached_nf4_weights,
+                                                                          model_dir, later)) == 14
+    expected, got = projections(first), projections(later)
+    assert got.keys() == expected.keys() and len(got) == 14
+    for name, weight in expected.items():
+        assert got[name].dtype == weight.dtype == (torch.bfloat16 if compute == "bfloat16" else torch.float16)
+        assert torch.equal(got[name].view(torch.int16), weight.view(torch.int16)), name  # the same bits
+    assert nf4_rounding(later) == nf4_rounding(first)
+    # another checkpoint (its identity names another file): nothing is read
+    (model_dir / "config.json").write_text((model_dir / "config.json").read_text().replace("}", ' }', 1))
+    assert gguf_export.cached_nf4_weights(model_dir, load(), nf4_rounding(first)) == {}
+
+
 def _run_probe(code: str, timeout: int) -> dict:
     """Run a probe script in a fresh interpreter (its own import order and memory); the dict it prints as PROBE."""
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
