@@ -186,6 +186,11 @@ def _serve(kind: str) -> dict:
         from grpokit.model_loader import import_backend
 
         import_backend("unsloth")
+        # a run ends by drawing its curves (grpokit/plots.py): pyplot's import is ~0.8 s of every run's end
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
     else:
         import peft  # noqa: F401
         import torch  # noqa: F401
