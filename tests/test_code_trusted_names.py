@@ -244,6 +244,41 @@ def test_what_builds_the_expected_value_is_never_the_codes():
         assert values == [1.0], (test, component.last_details)
 
 
+HYP_WRONG = "def sqrt(x):\n    return 0\ndef hyp(a, b):\n    return 0\n"  # agrees with itself, not with the library
+HYP_RIGHT = ["import math\ndef hyp(a, b):\n    return math.hypot(a, b)\n",  # defines no sqrt: the tests' is the library's
+             "from math import sqrt\ndef hyp(a, b):\n    return sqrt(a * a + b * b)\n"]
+BUILT_BY_THE_LIBRARY = {
+    "a tolerance": "assert abs(hyp(3, 4) - sqrt(25)) < 1e-9",
+    "isclose": "import math\nassert math.isclose(hyp(3, 4), sqrt(25))",
+    "a difference": "assert hyp(3, 4) - sqrt(25) == 0",
+    "a variable": "expected = sqrt(25)\nassert hyp(3, 4) == expected",
+    "the expected value first": "expected = sqrt(25)\nassert expected == hyp(3, 4)",
+    "assertAlmostEqual": "import unittest\nunittest.TestCase().assertAlmostEqual(hyp(3, 4), sqrt(25))",
+}
+
+
+@guards("a library function the tests build the expected value with, in a tolerance, closeness or order check or "
+        "through a variable, is the library's: a wrong answer defining its own `sqrt` to agree with its `hyp` scores "
+        "0, and a right one that defines no `sqrt` scores 1")
+@pytest.mark.parametrize("how", sorted(BUILT_BY_THE_LIBRARY))
+def test_a_library_function_beside_the_codes_is_the_librarys_in_any_check(how):
+    values, component = score({"tests": [BUILT_BY_THE_LIBRARY[how]]}, [HYP_WRONG, *HYP_RIGHT])
+    assert values == [0.0, 1.0, 1.0], component.last_details
+
+
+@guards("`factorial` alone in its checks is what the task asks for (math's would pass anything), in a tolerance "
+        "check too; a name the standard library does not have stays the code's there, as before")
+def test_a_library_name_the_task_asks_for_stays_the_codes():
+    tests = ["assert abs(factorial(5) - 120) < 1e-9", "assert factorial(3) == 6"]
+    values, component = score({"tests": tests}, ["def factorial(n):\n    return 1\n",
+                                                 "import math\ndef factorial(n):\n    return math.factorial(n)\n"])
+    assert values == [0.0, 1.0], component.last_details
+    values, component = score({"tests": ["assert abs(area(2.0) - ref(2.0)) < 1e-9"]},
+                              ["import math\ndef ref(r):\n    return math.pi * r * r\ndef area(r):\n"
+                               "    return math.pi * r * r\n"])
+    assert values == [1.0], component.last_details
+
+
 IN_PLACE_TESTS = ["xs = [3, 1, 2]\nassert my_sorted(xs) == sorted(xs)", "a, b = [1, 2], [3]\nassert merge(a, b) == a + b",
                   "d = {'a': 1}\nassert with_b(d) == dict(d, b=2)"]
 IN_PLACE_HACK = '''

@@ -1005,43 +1005,89 @@ def _code_classes(prompt: str) -> set[str]:
         return set()
 
 
-def _expected_builders(steps: list[tuple[str, str]], candidates: set[str]) -> set[str]:
-    """Of the names the tests call, those they call only on the expected side of an equality whose other side calls
-    another of them (`assert perms(s) == list(permutations(s))`, `assertEqual(hyp(3, 4), sqrt(25))`): they build the
-    expected value, so they are never the code's."""
-    sides: dict[str, set[str]] = {name: set() for name in candidates}
-
-    def called(node: ast.AST) -> set[str]:
-        return {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                and n.func.id in candidates}
-
-    pairs = []
-    for tree in _step_trees(steps):
+def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], library=lambda name: False) -> set[str]:
+    """Of the names the tests call, those they call only to build the value another of them is checked against:
+    the expected side of an equality whose other side calls another of them (`assert perms(s) ==
+    list(permutations(s))`, `assertEqual(hyp(3, 4), sqrt(25))`), so they are never the code's. Where `library(name)`
+    says the standard library has that function (`_stdlib_function`), also the expected side of a tolerance or an
+    order check (`abs(hyp(3, 4) - sqrt(25)) < 1e-9`, `isclose(hyp(3, 4), sqrt(25))`, `hyp(3, 4) - sqrt(25) == 0`,
+    `set(perms(s)) <= set(permutations(s))`), followed through the tests' variables (`expected = sqrt(25)` then
+    `== expected`): else a wrong answer defining its own `sqrt` to agree with its `hyp` would pass them."""
+    trees = list(_step_trees(steps))  # kept alive: call nodes are told apart by id() below
+    assigned: dict[str, list[ast.AST]] = {}
+    for tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq | ast.NotEq):
-                pairs.append((node.left, node.comparators[0]))
-            elif isinstance(node, ast.Call) and _name_of(node) in _EQUALITY_ASSERTS and len(node.args) >= 2:
-                pairs.append((node.args[0], node.args[1]))
-    for actual, expected in pairs:
-        for name in called(actual):
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(target, ast.Name):
+                        assigned.setdefault(target.id, []).append(node.value)
+
+    def calls(node: ast.AST, seen: frozenset = frozenset()) -> list[tuple[ast.Call, bool]]:
+        """(call, direct) for each call of a candidate in `node` (direct) and in what the tests assigned to the names
+        it reads (not direct)."""
+        found = [(n, not seen) for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                 and n.func.id in candidates]
+        for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}:
+            if name in assigned and name not in seen:
+                for value in assigned[name]:
+                    found += calls(value, seen | {name})
+        return found
+
+    def difference(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+        """(a, b) of `a - b` or `abs(a - b)`."""
+        if isinstance(node, ast.Call) and _name_of(node) in ("abs", "fabs") and len(node.args) == 1:
+            node = node.args[0]
+        return (node.left, node.right) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) else None
+
+    pairs: list[tuple[ast.AST, ast.AST, bool]] = []  # (actual, expected, an equality: strict)
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and len(node.ops) == 1:
+                left, right = node.left, node.comparators[0]
+                if difference(left) and not calls(right):  # `abs(a - b) < 1e-9`, `a - b == 0`
+                    pairs.append((*difference(left), False))
+                elif difference(right) and not calls(left):
+                    pairs.append((*difference(right), False))
+                else:
+                    pairs.append((left, right, isinstance(node.ops[0], ast.Eq | ast.NotEq)))
+            elif isinstance(node, ast.Call) and len(node.args) >= 2 and _name_of(node) in _EQUALITY_ASSERTS:
+                pairs.append((node.args[0], node.args[1], True))
+            elif isinstance(node, ast.Call) and len(node.args) >= 2 and _name_of(node) in _CLOSENESS_CHECKS:
+                pairs.append((node.args[0], node.args[1], False))
+    sides: dict[str, set[str]] = {name: set() for name in candidates}
+    on_expected_side: set[int] = set()
+    for actual, expected, strict in pairs:
+        acting_calls, building = calls(actual), calls(expected)
+        written = {call.func.id for call, _ in acting_calls}, {call.func.id for call, _ in building}
+        if all(written) and all(map(library, written[0])) and not all(map(library, written[1])):
+            # `assert sqrt(25) == hyp(3, 4)`, `expected = sqrt(25)` then `expected == hyp(3, 4)`: the side of the
+            # library's functions alone is the expected one, whichever is written first
+            acting_calls, building, strict = building, acting_calls, False
+        acting = {call.func.id for call, _ in acting_calls}
+        if not acting:
+            for call, _ in building:
+                sides[call.func.id].add("actual")
+            continue
+        for name in acting:
             sides[name].add("actual")
-        if called(actual):
-            for name in called(expected) - called(actual):
-                sides[name].add("expected")
-        else:
-            for name in called(expected):
-                sides[name].add("actual")
-    everywhere: dict[str, int] = {name: 0 for name in candidates}
-    for tree in _step_trees(steps):
+        in_place = any(direct for _, direct in acting_calls)
+        for call, direct in building:
+            # an equality's own two sides, as written; else only a library function (a name of the code's is what
+            # these checks more often ask about: `abs(area(r) - 3.14) < 0.01`, `assertEqual(expected, area(r))`)
+            if call.func.id not in acting and ((strict and direct and in_place) or library(call.func.id)):
+                sides[call.func.id].add("expected")
+                on_expected_side.add(id(call))
+    everywhere: dict[str, list[int]] = {name: [] for name in candidates}
+    for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in everywhere:
-                everywhere[node.func.id] += 1
-    in_pairs: dict[str, int] = {name: 0 for name in candidates}
-    for _, expected in pairs:
-        for node in ast.walk(expected):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in in_pairs:
-                in_pairs[node.func.id] += 1
-    return {name for name, seen in sides.items() if seen == {"expected"} and in_pairs[name] == everywhere[name]}
+                everywhere[node.func.id].append(id(node))
+    return {name for name, seen in sides.items()
+            if seen == {"expected"} and all(call in on_expected_side for call in everywhere[name])}
+
+
+_CLOSENESS_CHECKS = {"isclose", "allclose", "assert_almost_equal", "assert_array_almost_equal",
+                     "assertAlmostEquals", "assertLessEqual", "assertGreaterEqual", "assertLess", "assertGreater"}
 
 
 # Where a name the tests build an expected value with comes from (`sqrt`, `permutations`, `reduce`): the first of
@@ -1219,7 +1265,8 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         wanted = [entry]
     if not entry or star:  # `from solution import *` hands the tests every name of the code's they call
         unbound = [n for n in free if n in called and (n not in namespace or n in stubs) and n not in vars(builtins)]
-        for name in _expected_builders(steps, set(unbound) - stubs):
+        for name in _expected_builders(steps, set(unbound) - stubs,
+                                       lambda name: _stdlib_function(name, load) is not None):
             # `perms(s) == list(permutations(s))`: the expected value is the standard library's, never the code's
             unbound.remove(name)
             library = _stdlib_function(name, load)
