@@ -101,15 +101,23 @@ def test_two_process_torchrun_run(tmp_path):
     assert (out / "checkpoint-3" / ".complete").exists()
 
 
-def test_shared_prompt_log_probs_make_the_same_forward_calls_on_every_rank(tmp_path):
-    """Whether the packed form applies depends on a rank's own rows; the prompt-cache form makes two forward calls
-    where the others make one, and each call is a collective under ZeRO-3 / FSDP (DDP broadcasts buffers at each)."""
+@pytest.fixture(scope="module")
+def shared_prompt_ranks(tmp_path_factory):
+    """tests/fixtures/shared_prompt_ranks.py under torchrun once: the log-prob pass, then generation, on a tiny model;
+    the directory it wrote the ranks' forward-call counts to."""
     from conftest import make_tiny_model
 
-    model = make_tiny_model(tmp_path / "tiny")
-    result = _torchrun(str(model), str(tmp_path), timeout=300, script="tests/fixtures/shared_logps_ranks.py")
+    where = tmp_path_factory.mktemp("ranks")
+    model = make_tiny_model(where / "tiny")
+    result = _torchrun(str(model), str(where), timeout=300, script="tests/fixtures/shared_prompt_ranks.py")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((tmp_path / "forward_calls.json").read_text()) == [1, 1]
+    return where
+
+
+def test_shared_prompt_log_probs_make_the_same_forward_calls_on_every_rank(shared_prompt_ranks):
+    """Whether the packed form applies depends on a rank's own rows; the prompt-cache form makes two forward calls
+    where the others make one, and each call is a collective under ZeRO-3 / FSDP (DDP broadcasts buffers at each)."""
+    assert json.loads((shared_prompt_ranks / "forward_calls.json").read_text()) == [1, 1]
 
 
 def test_code_reward_under_two_ranks(tmp_path):
@@ -139,13 +147,9 @@ def test_code_reward_under_two_ranks(tmp_path):
     assert sandbox_leftovers() <= before  # each helper process closed its sandboxes, or was swept
 
 
-def test_shared_prompt_generation_makes_the_same_forward_calls_on_every_rank(tmp_path):
+def test_shared_prompt_generation_makes_the_same_forward_calls_on_every_rank(shared_prompt_ranks):
     """The prompt cache of shared-prompt generation is one more forward, made only by a rank whose rows repeat a
     prompt; with sharded parameters (ZeRO-3 without ds3_gather_for_generation, FSDP) each forward is a collective and
     the ranks would fall out of step. Under several processes generation is TRL's own: the same calls everywhere."""
-    from conftest import make_tiny_model
-
-    model = make_tiny_model(tmp_path / "tiny")
-    result = _torchrun(str(model), str(tmp_path), timeout=300, script="tests/fixtures/shared_generate_ranks.py")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((tmp_path / "generate_forward_calls.json").read_text()) == [4, 4]  # one per token, no prefill
+    calls = json.loads((shared_prompt_ranks / "generate_forward_calls.json").read_text())
+    assert calls == [4, 4]  # one per token, no prefill

@@ -1092,9 +1092,8 @@ def test_4bit_falls_back_to_transformers_when_llama_cpp_cannot_start(tmp_path, c
     (UNSLOTH_CPU_BF16=0) the weights went through f16 once, so the same run to f16 rounding."""
     pytest.importorskip("llama_cpp")
     model = _byte_tokenizer_llama(tmp_path / "tiny")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
-           "UNSLOTH_CPU_BF16": cpu_bf16, "OMP_NUM_THREADS": "1"}  # one thread: the same sums in both runs
-    base = [sys.executable, "train_grpo.py", "--model", str(model), "--backend", "unsloth", "--dataset", "arithmetic",
+    env = {"WANDB_MODE": "offline", "UNSLOTH_CPU_BF16": cpu_bf16, "OMP_NUM_THREADS": "1"}  # one thread: the same sums
+    base = ["--model", str(model), "--backend", "unsloth", "--dataset", "arithmetic",
             "--max-samples", "16", "--max-steps", "2", "--seed", "3", "--disable-generation-logging",
             "--reward", "tests.fixtures.user_rewards:length_on_odd_prompts", "--set", "learning_rate=0.05",
             "--set", "per_device_train_batch_size=4", "--set", "num_generations=2",
@@ -1102,8 +1101,7 @@ def test_4bit_falls_back_to_transformers_when_llama_cpp_cannot_start(tmp_path, c
     runs = {}
     for engine in ("auto", "transformers") if cpu_bf16 == "1" else ("auto",):
         out = tmp_path / engine
-        result = subprocess.run([*base, "--output-dir", str(out), "--set", f"generation_engine={engine}"], cwd=ROOT,
-                                env=env, capture_output=True, text=True, timeout=900)
+        result = train_cli(*base, "--output-dir", str(out), "--set", f"generation_engine={engine}", env=env)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         runs[engine] = json.loads((out / "trainer_state.json").read_text())["log_history"], result
     history, result = runs["auto"]
