@@ -441,7 +441,7 @@ def merge(adapter_dir: Path, base_dir: Path, target: Path, dtype_name: str | Non
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         if rounding is not None:
             progress.update("rounding the base through NF4")
-            round_base(base, rounding)
+            round_base(base, rounding, base_dir)
         try:
             model = PeftModel.from_pretrained(base, adapter_dir)
         except (RuntimeError, ValueError, KeyError) as err:
@@ -487,6 +487,20 @@ def _checkpoint_dtype(model_dir: Path):
     config = json.loads((Path(model_dir) / "config.json").read_text())
     name = config.get("dtype") or config.get("torch_dtype") or "bfloat16"
     return getattr(torch, name) if name in ("float16", "bfloat16", "float32") else torch.bfloat16
+
+
+def _stored_in_bf16(model_dir: Path) -> bool:
+    """Whether every tensor of the checkpoint is stored in bf16 (read from the safetensors headers)."""
+    files = list(Path(model_dir).glob("*.safetensors"))
+    for path in files:
+        try:
+            with open(path, "rb") as handle:
+                header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        except (OSError, ValueError):
+            return False
+        if any(isinstance(t, dict) and t.get("dtype") != "BF16" for k, t in header.items() if k != "__metadata__"):
+            return False
+    return bool(files)
 
 
 def _checkpoint_bytes(model_dir: Path) -> int:
@@ -719,9 +733,12 @@ def describe_base(rounding: str | None) -> str:
             f"{', double-quantised' if nested == '1' else ''}, {dtype or 'float32'} values; {rounding})")
 
 
-def round_base(model, rounding: str | None) -> int:
+def round_base(model, rounding: str | None, base_dir: Path | None = None) -> int:
     """Round `model`'s projections through NF4 with the run's settings (model_loader.round_through_nf4: the same
-    layers, bitsandbytes' quantize_4bit -> dequantize_4bit, to the dtype the run computed in); returns how many."""
+    layers, bitsandbytes' quantize_4bit -> dequantize_4bit, to the dtype the run computed in); returns how many.
+    Where the run computed in bf16 from a bf16 checkpoint (the float32 copy here holds the same values) and the
+    engine's GGUF of those values is cached for `base_dir`, they are read from it (gguf_export.cached_nf4_weights: the
+    same bits, without the quantiser)."""
     if rounding is None:
         return 0
     import torch
@@ -732,7 +749,13 @@ def round_base(model, rounding: str | None) -> int:
     if int(blocks) != NF4_BLOCKSIZE or nested != "1":
         raise UsageError(f"the run's 4-bit weights ({rounding}) use settings the export does not repeat: pass "
                          "--base 16bit.")
-    return round_through_nf4(model, shared=False,
+    cached = None
+    if base_dir is not None and dtype == "bf16" and _stored_in_bf16(base_dir):
+        from grpokit.gguf_export import cached_nf4_weights
+
+        def cached(settings):
+            return cached_nf4_weights(base_dir, model, settings, dtype="bf16")
+    return round_through_nf4(model, shared=False, cached=cached,
                              compute={"bf16": torch.bfloat16, "f16": torch.float16}.get(dtype, torch.float32))
 
 
@@ -1147,7 +1170,7 @@ def _rounded_base(base_dir: Path, target: Path, rounding: str) -> Path:
 
     with ProgressLine(f"rounding {base_dir.name} through NF4"):
         model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-        round_base(model, rounding)
+        round_base(model, rounding, base_dir)
         model.save_pretrained(target, safe_serialization=True)
         AutoTokenizer.from_pretrained(base_dir).save_pretrained(target)
         byte_level_tokenizer(target)

@@ -256,13 +256,14 @@ def dequantized_path(model_dir: Path, cache: Path, settings: str, dtype: str) ->
     return cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}-{settings}.{dtype}.gguf"
 
 
-def cached_nf4_weights(model_dir: str | Path, model, settings: str) -> dict:
+def cached_nf4_weights(model_dir: str | Path, model, settings: str, dtype: str | None = None) -> dict:
     """{module name: 16-bit weight} of `model`'s projections as model_loader.round_through_nf4 rounds them for the
     llama_cpp engine, read from the engine's GGUF of those very values where an earlier run wrote it (dequantized_gguf,
     cached by the checkpoint's identity and `settings`): a copy of ~270 MB instead of bitsandbytes' quantiser on every
     projection (SmolLM2: 3 s on 2 threads, 5 s on one). In HF row order (llama.cpp's converter reorders Llama's q/k
     rows); {} where there is no such file. A projection the file does not hold as 16-bit values of the weight's shape
-    is left out: round_through_nf4 rounds it itself."""
+    is left out: round_through_nf4 rounds it itself. `dtype`: the file's ("bf16" / "f16"; None: the one the engine
+    uses beside `model`, engine_dtype)."""
     import torch
 
     from grpokit.model_loader import cache_dir
@@ -270,7 +271,7 @@ def cached_nf4_weights(model_dir: str | Path, model, settings: str) -> dict:
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file() or not list(model_dir.glob("*.safetensors")):
         return {}
-    target = dequantized_path(model_dir, cache_dir(), settings, engine_dtype(model))
+    target = dequantized_path(model_dir, cache_dir(), settings, dtype or engine_dtype(model))
     if not target.is_file():
         return {}
     try:

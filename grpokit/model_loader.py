@@ -319,9 +319,9 @@ def round_through_nf4(model, shared: bool, compute=None, cached=None) -> int:
     computes in float32 (f16 holds float32 values to 2^-11 relative, bf16 only to 2^-8; the trainer's per-matmul
     upcast gives them back). Otherwise each layer keeps its own dtype. `compute`: round to this dtype instead of the
     model's (the export rounds a float32 copy of the base as a bf16 run did, export.round_base). `cached(settings)`:
-    {module name: these layers' values as `shared` stores them}, already rounded (gguf_export.cached_nf4_weights:
-    the engine's GGUF of them from an earlier run); a layer found there is not rounded again. Returns how many
-    layers were rounded."""
+    {module name: 16-bit values} already rounded (gguf_export.cached_nf4_weights: the engine's GGUF of them from an
+    earlier run): a layer found there in the compute dtype, or in f16 as a shared layer stores it beside a float32
+    compute, is not rounded again. Returns how many layers were rounded."""
     import torch
     from bitsandbytes.functional import dequantize_4bit, quantize_4bit
     from transformers.quantizers.quantizers_utils import should_convert_module
@@ -333,28 +333,32 @@ def round_through_nf4(model, shared: bool, compute=None, cached=None) -> int:
     head = model.get_output_embeddings()
     compute = compute or model.get_input_embeddings().weight.dtype  # float32, or bf16 on a CPU with bf16 units
     settings = f"nf4-b{NF4_BLOCKSIZE}-dq1" + ("-bf16" if compute == torch.bfloat16 else "")
-    found = cached(settings) if cached is not None and shared else {}
+    found = cached(settings) if cached is not None else {}
     rounded = 0
     with torch.no_grad():
         for name, module in model.named_modules():
             if not isinstance(module, torch.nn.Linear) or module is head or not should_convert_module(name, skip):
                 continue
-            weight = module.weight
-            value = found.get(name)
-            if (value is not None and weight.dtype in (torch.bfloat16, torch.float16) and value.shape == weight.shape
-                    and value.dtype == (torch.bfloat16 if compute == torch.bfloat16 else torch.float16)
-                    and bool(torch.isfinite(value).all())):  # what the rounding below would store
-                module.weight = torch.nn.Parameter(value, requires_grad=False)
-                rounded += 1
-                continue
-            packed, state = quantize_4bit(weight.float(), blocksize=NF4_BLOCKSIZE, compress_statistics=True,
-                                          quant_type="nf4")
-            rounded_weight = dequantize_4bit(packed, state).to(compute)
-            if weight.dtype in (torch.bfloat16, torch.float16):
-                keep = (torch.bfloat16 if compute == torch.bfloat16 else torch.float16) if shared else weight.dtype
-                stored = rounded_weight.to(keep)
-                if not bool(torch.isfinite(stored).all()):  # beyond f16's range: keep the compute dtype
-                    stored = rounded_weight
+            weight, value = module.weight, found.get(name)
+            if value is not None and (value.shape != weight.shape or not bool(torch.isfinite(value).all())):
+                value = None
+            sixteen = weight.dtype in (torch.bfloat16, torch.float16)
+            keep = ((torch.bfloat16 if compute == torch.bfloat16 else torch.float16) if shared else weight.dtype) \
+                if sixteen else weight.dtype
+            # cached values in the compute dtype are the rounding itself; in the dtype a 16-bit layer keeps (f16
+            # beside a float32 compute, shared), they are what it stores
+            rounded_weight = value if value is not None and value.dtype == compute else None
+            if rounded_weight is None and not (sixteen and value is not None and value.dtype == keep):
+                packed, state = quantize_4bit(weight.float(), blocksize=NF4_BLOCKSIZE, compress_statistics=True,
+                                              quant_type="nf4")
+                rounded_weight = dequantize_4bit(packed, state).to(compute)
+            if sixteen:
+                if value is not None and value.dtype == keep:
+                    stored = value
+                else:
+                    stored = rounded_weight.to(keep)
+                    if not bool(torch.isfinite(stored).all()):  # beyond f16's range: keep the compute dtype
+                        stored = rounded_weight
                 module.weight = torch.nn.Parameter(stored, requires_grad=False)
             else:  # in place: a new float32 tensor per layer left the old ones' heap pages behind (+430 MB peak RSS)
                 weight.data.copy_(rounded_weight)

@@ -1004,6 +1004,8 @@ def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tm
     from grpokit.model_loader import embedded_model_dir, nf4_rounding, round_through_nf4
 
     model_dir = save_tiny_llama(tmp_path / "tiny-llama", AutoTokenizer.from_pretrained(embedded_model_dir()))
+    if compute == "bfloat16":  # a bf16 checkpoint, as the embedded model's
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).save_pretrained(model_dir)
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # then a private one for the engine's GGUF
 
     def load():
@@ -1026,14 +1028,31 @@ def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tm
     later = load()
     found = gguf_export.cached_nf4_weights(model_dir, later, nf4_rounding(first))
     assert len(found) == 14  # 2 layers x 7 projections, q / k among them
-    assert round_through_nf4(later, shared=True, cached=functools.partial(gguf_export.cached_nf4_weights,
-                                                                          model_dir, later)) == 14
+    import bitsandbytes.functional
+
+    def quantiser(*args, **kwargs):
+        raise AssertionError("rounded again")
+
+    with monkeypatch.context() as patch:  # every layer from the file: the quantiser is never called
+        patch.setattr(bitsandbytes.functional, "quantize_4bit", quantiser)
+        assert round_through_nf4(later, shared=True, cached=functools.partial(gguf_export.cached_nf4_weights,
+                                                                              model_dir, later)) == 14
     expected, got = projections(first), projections(later)
     assert got.keys() == expected.keys() and len(got) == 14
     for name, weight in expected.items():
         assert got[name].dtype == weight.dtype == (torch.bfloat16 if compute == "bfloat16" else torch.float16)
         assert torch.equal(got[name].view(torch.int16), weight.view(torch.int16)), name  # the same bits
     assert nf4_rounding(later) == nf4_rounding(first)
+    if compute == "bfloat16":  # the export's float32 copy of the base, rounded as the bf16 run computed (round_base)
+        from grpokit.export import round_base
+
+        rounded, copy = (AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32) for _ in range(2))
+        round_base(rounded, nf4_rounding(first))  # no base directory: the quantiser
+        with monkeypatch.context() as patch:
+            patch.setattr(bitsandbytes.functional, "quantize_4bit", quantiser)
+            assert round_base(copy, nf4_rounding(first), model_dir) == 14
+        for name, weight in projections(rounded).items():
+            assert projections(copy)[name].dtype == torch.float32 and torch.equal(projections(copy)[name], weight)
     # another checkpoint (its identity names another file): nothing is read
     (model_dir / "config.json").write_text((model_dir / "config.json").read_text().replace("}", ' }', 1))
     assert gguf_export.cached_nf4_weights(model_dir, load(), nf4_rounding(first)) == {}
