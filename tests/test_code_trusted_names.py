@@ -254,6 +254,10 @@ BUILT_BY_THE_LIBRARY = {
     "a variable": "expected = sqrt(25)\nassert hyp(3, 4) == expected",
     "the expected value first": "expected = sqrt(25)\nassert expected == hyp(3, 4)",
     "assertAlmostEqual": "import unittest\nunittest.TestCase().assertAlmostEqual(hyp(3, 4), sqrt(25))",
+    "a chained tolerance": "assert -1e-9 < hyp(3, 4) - sqrt(25) < 1e-9",
+    "assertLess": "import unittest\nunittest.TestCase().assertLess(abs(hyp(3, 4) - sqrt(25)), 1e-9)",
+    "a tuple assignment": "expected, tolerance = sqrt(25), 1e-9\nassert abs(hyp(3, 4) - expected) < tolerance",
+    "pytest, the function imported": "from solution import hyp\n\ndef test_hyp():\n    assert hyp(3, 4) == sqrt(25)\n",
 }
 
 
@@ -264,6 +268,52 @@ BUILT_BY_THE_LIBRARY = {
 def test_a_library_function_beside_the_codes_is_the_librarys_in_any_check(how):
     values, component = score({"tests": [BUILT_BY_THE_LIBRARY[how]]}, [HYP_WRONG, *HYP_RIGHT])
     assert values == [0.0, 1.0, 1.0], component.last_details
+
+
+@guards("the expected value's library function is the library's where the task names an entry point too: a right "
+        "answer that defines no `sqrt` scores 1 (it scored 0: `sqrt` was nobody's)")
+def test_with_an_entry_point_the_expected_values_library_function_is_bound():
+    values, component = score({"tests": [BUILT_BY_THE_LIBRARY["a tolerance"]], "entry_point": "hyp"},
+                              [HYP_WRONG, *HYP_RIGHT])
+    assert values == [0.0, 1.0, 1.0], component.last_details
+
+
+ASKED = {  # prompt, tests, a wrong answer that only a library binding of the asked name would pass, a right one
+    "hypot, the expected value first": (
+        "Write hypot(a, b).", ["assert abs(sqrt(25) - hypot(3, 4)) < 1e-9", "assert hypot(3, 4) == sqrt(25)"],
+        "from math import sqrt\ndef hypot(a, b):\n    return 0\n",
+        "import math\ndef hypot(a, b):\n    return math.sqrt(a * a + b * b)\n"),
+    "factorial beside gamma": (
+        "Write factorial(n).", ["expected = factorial(5)\nassert abs(gamma(6) - expected) < 1e-9"],
+        "import math\ndef gamma(x):\n    return math.gamma(x)\n",
+        "def factorial(n):\n    return 1 if n < 2 else n * factorial(n - 1)\n"),
+    "gcd beside lcm": (
+        "Write gcd(a, b) and lcm(a, b).", ["assert lcm(4, 6) == 4 * 6 // gcd(4, 6)"],
+        "import math\ndef gcd(a, b):\n    return 0\ndef lcm(a, b):\n    return math.lcm(a, b)\n",
+        "import math\ndef gcd(a, b):\n    return math.gcd(a, b)\ndef lcm(a, b):\n    return a * b // gcd(a, b)\n"),
+    "product named in prose": (
+        "Write product and geometric_mean, both of a list.",
+        ["expected = product([2, 8]) ** 0.5\nassert geometric_mean([2, 8]) == expected"],
+        "import math\ndef product(xs):\n    return 16\ndef geometric_mean(xs):\n    return 5.0\n",
+        "import math\ndef product(xs):\n    return math.prod(xs)\ndef geometric_mean(xs):\n"
+        "    return product(xs) ** (1 / len(xs))\n"),
+    "digits (a constant of `string`)": (
+        "Write digits(n) and digit_sum(n).", ["assert digit_sum(999) == sum(digits(999))", "assert digit_sum(12) == 3"],
+        "def digits(n):\n    return [0]\ndef digit_sum(n):\n    return 0\n",
+        "def digits(n):\n    return [int(c) for c in str(n)]\ndef digit_sum(n):\n    return sum(digits(n))\n"),
+}
+
+
+@guards("a function the prompt asks for is the code's even where the standard library has one of its name and the "
+        "tests use it beside another of the code's (`abs(sqrt(25) - hypot(3, 4))`, `gamma(6) - factorial(5)`, "
+        "`4 * 6 // gcd(4, 6)`): the library's would pass a wrong answer; and only functions are the library's "
+        "(`string.digits` is a constant)")
+@pytest.mark.parametrize("task", sorted(ASKED))
+def test_what_the_prompt_asks_for_is_never_the_librarys(task):
+    prompt, tests, wrong, right = ASKED[task]
+    values, component = score({"tests": tests}, [wrong, right], prompt=prompt)
+    # digits: the first test compares two of the code's functions, which a wrong answer can make agree
+    assert values == [0.5 if task.startswith("digits") else 0.0, 1.0], component.last_details
 
 
 @guards("`factorial` alone in its checks is what the task asks for (math's would pass anything), in a tolerance "

@@ -1005,22 +1005,29 @@ def _code_classes(prompt: str) -> set[str]:
         return set()
 
 
-def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], library=lambda name: False) -> set[str]:
+def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], library=lambda name: False,
+                       asked: set[str] = frozenset()) -> set[str]:
     """Of the names the tests call, those they call only to build the value another of them is checked against:
     the expected side of an equality whose other side calls another of them (`assert perms(s) ==
     list(permutations(s))`, `assertEqual(hyp(3, 4), sqrt(25))`), so they are never the code's. Where `library(name)`
     says the standard library has that function (`_stdlib_function`), also the expected side of a tolerance or an
     order check (`abs(hyp(3, 4) - sqrt(25)) < 1e-9`, `isclose(hyp(3, 4), sqrt(25))`, `hyp(3, 4) - sqrt(25) == 0`,
     `set(perms(s)) <= set(permutations(s))`), followed through the tests' variables (`expected = sqrt(25)` then
-    `== expected`): else a wrong answer defining its own `sqrt` to agree with its `hyp` would pass them."""
+    `== expected`): else a wrong answer defining its own `sqrt` to agree with its `hyp` would pass them. Never a
+    name of `asked` (what the prompt asks the code for: `Write hypot(a, b)`, whatever the library holds under it)."""
     trees = list(_step_trees(steps))  # kept alive: call nodes are told apart by id() below
     assigned: dict[str, list[ast.AST]] = {}
     for tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr) and node.value is not None:
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     if isinstance(target, ast.Name):
                         assigned.setdefault(target.id, []).append(node.value)
+                    elif isinstance(target, ast.Tuple | ast.List) and isinstance(node.value, ast.Tuple | ast.List) \
+                            and len(target.elts) == len(node.value.elts):  # `expected, tol = sqrt(25), 1e-9`
+                        for part, value in zip(target.elts, node.value.elts, strict=True):
+                            if isinstance(part, ast.Name):
+                                assigned.setdefault(part.id, []).append(value)
 
     def calls(node: ast.AST, seen: frozenset = frozenset()) -> list[tuple[ast.Call, bool]]:
         """(call, direct) for each call of a candidate in `node` (direct) and in what the tests assigned to the names
@@ -1042,14 +1049,20 @@ def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], libra
     pairs: list[tuple[ast.AST, ast.AST, bool]] = []  # (actual, expected, an equality: strict)
     for tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Compare) and len(node.ops) == 1:
-                left, right = node.left, node.comparators[0]
-                if difference(left) and not calls(right):  # `abs(a - b) < 1e-9`, `a - b == 0`
-                    pairs.append((*difference(left), False))
-                elif difference(right) and not calls(left):
-                    pairs.append((*difference(right), False))
-                else:
-                    pairs.append((left, right, isinstance(node.ops[0], ast.Eq | ast.NotEq)))
+            compared = None  # the operands of a comparison, and whether it is an equality
+            if isinstance(node, ast.Compare):
+                compared = [node.left, *node.comparators], len(node.ops) == 1 and isinstance(node.ops[0],
+                                                                                             ast.Eq | ast.NotEq)
+            elif isinstance(node, ast.Call) and len(node.args) >= 2 and _name_of(node) in _ORDER_ASSERTS:
+                compared = node.args[:2], False  # `assertLess(abs(a - b), 1e-9)`
+            if compared:
+                operands, equality = compared
+                # `abs(a - b) < 1e-9`, `a - b == 0`, `-eps < a - b < eps`: a difference beside bounds of no call
+                differences = [i for i, operand in enumerate(operands) if difference(operand)]
+                if len(differences) == 1 and not any(calls(o) for i, o in enumerate(operands) if i != differences[0]):
+                    pairs.append((*difference(operands[differences[0]]), False))
+                elif len(operands) == 2:
+                    pairs.append((operands[0], operands[1], equality))
             elif isinstance(node, ast.Call) and len(node.args) >= 2 and _name_of(node) in _EQUALITY_ASSERTS:
                 pairs.append((node.args[0], node.args[1], True))
             elif isinstance(node, ast.Call) and len(node.args) >= 2 and _name_of(node) in _CLOSENESS_CHECKS:
@@ -1074,7 +1087,8 @@ def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], libra
         for call, direct in building:
             # an equality's own two sides, as written; else only a library function (a name of the code's is what
             # these checks more often ask about: `abs(area(r) - 3.14) < 0.01`, `assertEqual(expected, area(r))`)
-            if call.func.id not in acting and ((strict and direct and in_place) or library(call.func.id)):
+            if call.func.id not in acting and call.func.id not in asked and (
+                    (strict and direct and in_place) or library(call.func.id)):
                 sides[call.func.id].add("expected")
                 on_expected_side.add(id(call))
     everywhere: dict[str, list[int]] = {name: [] for name in candidates}
@@ -1086,8 +1100,8 @@ def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], libra
             if seen == {"expected"} and all(call in on_expected_side for call in everywhere[name])}
 
 
-_CLOSENESS_CHECKS = {"isclose", "allclose", "assert_almost_equal", "assert_array_almost_equal",
-                     "assertAlmostEquals", "assertLessEqual", "assertGreaterEqual", "assertLess", "assertGreater"}
+_CLOSENESS_CHECKS = {"isclose", "allclose", "assert_almost_equal", "assert_array_almost_equal", "assertAlmostEquals"}
+_ORDER_ASSERTS = {"assertLessEqual", "assertGreaterEqual", "assertLess", "assertGreater"}
 
 
 # Where a name the tests build an expected value with comes from (`sqrt`, `permutations`, `reduce`): the first of
@@ -1096,12 +1110,20 @@ _STDLIB_FUNCTION_MODULES = ("math", "itertools", "functools", "operator", "heapq
 
 
 def _stdlib_function(name: str, load) -> Any:
+    """The function of that name in the first of _STDLIB_FUNCTION_MODULES that has one (`sqrt`, `reduce`, `merge`), or
+    an iterator of itertools (`permutations`, `product`); None for anything else those modules hold under it (a
+    constant such as `string.digits`, a module such as `statistics.math`, a class such as `Fraction`)."""
+    import inspect
+
+    if name.startswith("_"):
+        return None
     for module in _STDLIB_FUNCTION_MODULES:
         try:
             value = getattr(load(module), name, None)
         except Exception:  # noqa: BLE001 (a module the trusted side may not import)
             continue
-        if value is not None and not name.startswith("_"):
+        if inspect.isbuiltin(value) or inspect.isfunction(value) or (
+                module == "itertools" and isinstance(value, type) and hasattr(value, "__next__")):
             return value
     return None
 
@@ -1263,15 +1285,26 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
     if entry:
         functions |= {entry} - classes
         wanted = [entry]
+    unbound = [n for n in free if n in called and (n not in namespace or n in stubs) and n not in vars(builtins)]
+
+    def in_prompt(pattern: str) -> set[str]:
+        return {n for n in unbound if re.search(pattern.replace("NAME", re.escape(n)), prompt or "")}
+
+    # What the prompt asks the code for is never the library's: as code (`hypot(`, `def hypot`, `` `hypot` ``) on an
+    # equality's expected side, named at all (`Write product and geometric_mean`) anywhere else. What the code
+    # declares (a stub, `from solution import f`, the entry point) is its own, and shows which side of a check is
+    # the code's answer.
+    named = in_prompt(r"\bNAME\b")
+    declared_names = stubs | set(imported) | ({entry} - {""})
+    builders = _expected_builders(steps, set(unbound) | declared_names,
+                                  asked=in_prompt(r"\bdef\s+NAME\b|\bNAME\s*\(|`NAME`") | declared_names,
+                                  library=lambda name: name not in named and _stdlib_function(name, load) is not None)
+    for name in builders:  # `perms(s) == list(permutations(s))`: the expected value is the standard library's
+        library = _stdlib_function(name, load)
+        if library is not None:
+            namespace[name] = library
     if not entry or star:  # `from solution import *` hands the tests every name of the code's they call
-        unbound = [n for n in free if n in called and (n not in namespace or n in stubs) and n not in vars(builtins)]
-        for name in _expected_builders(steps, set(unbound) - stubs,
-                                       lambda name: _stdlib_function(name, load) is not None):
-            # `perms(s) == list(permutations(s))`: the expected value is the standard library's, never the code's
-            unbound.remove(name)
-            library = _stdlib_function(name, load)
-            if library is not None:
-                namespace[name] = library
+        unbound = [n for n in unbound if n not in builders]  # never the code's, whatever the library holds
         declared = [n for n in unbound if n in stubs]
         if declared and not star:
             unbound = declared
