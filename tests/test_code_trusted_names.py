@@ -247,6 +247,7 @@ def test_what_builds_the_expected_value_is_never_the_codes():
 HYP_WRONG = "def sqrt(x):\n    return 0\ndef hyp(a, b):\n    return 0\n"  # agrees with itself, not with the library
 HYP_RIGHT = ["import math\ndef hyp(a, b):\n    return math.hypot(a, b)\n",  # defines no sqrt: the tests' is the library's
              "from math import sqrt\ndef hyp(a, b):\n    return sqrt(a * a + b * b)\n"]
+HYP_PROMPT = "Write hyp(a, b), the hypotenuse of a right triangle with legs a and b."
 BUILT_BY_THE_LIBRARY = {
     "a tolerance": "assert abs(hyp(3, 4) - sqrt(25)) < 1e-9",
     "isclose": "import math\nassert math.isclose(hyp(3, 4), sqrt(25))",
@@ -266,7 +267,7 @@ BUILT_BY_THE_LIBRARY = {
         "0, and a right one that defines no `sqrt` scores 1")
 @pytest.mark.parametrize("how", sorted(BUILT_BY_THE_LIBRARY))
 def test_a_library_function_beside_the_codes_is_the_librarys_in_any_check(how):
-    values, component = score({"tests": [BUILT_BY_THE_LIBRARY[how]]}, [HYP_WRONG, *HYP_RIGHT])
+    values, component = score({"tests": [BUILT_BY_THE_LIBRARY[how]]}, [HYP_WRONG, *HYP_RIGHT], prompt=HYP_PROMPT)
     assert values == [0.0, 1.0, 1.0], component.last_details
 
 
@@ -274,7 +275,7 @@ def test_a_library_function_beside_the_codes_is_the_librarys_in_any_check(how):
         "answer that defines no `sqrt` scores 1 (it scored 0: `sqrt` was nobody's)")
 def test_with_an_entry_point_the_expected_values_library_function_is_bound():
     values, component = score({"tests": [BUILT_BY_THE_LIBRARY["a tolerance"]], "entry_point": "hyp"},
-                              [HYP_WRONG, *HYP_RIGHT])
+                              [HYP_WRONG, *HYP_RIGHT])  # the prompt names nothing: the entry point is declared
     assert values == [0.0, 1.0, 1.0], component.last_details
 
 
@@ -314,6 +315,42 @@ def test_what_the_prompt_asks_for_is_never_the_librarys(task):
     values, component = score({"tests": tests}, [wrong, right], prompt=prompt)
     # digits: the first test compares two of the code's functions, which a wrong answer can make agree
     assert values == [0.5 if task.startswith("digits") else 0.0, 1.0], component.last_details
+
+
+FACTORIAL_RIGHT = ("def factorial(n):\n    r = 1\n    for i in range(2, n + 1):\n        r *= i\n    return r\n"
+                   "def binom(n, k):\n    return factorial(n) // (factorial(k) * factorial(n - k))\n")
+UNDECLARED = {  # prompt, tests, a wrong answer (its factorial / gcd / remainder missing or wrong), a right one
+    "factorials in the plural": (
+        "Compute binomial coefficients with your own factorials.",
+        ["assert abs(binom(5, 2) - factorial(5) / (factorial(2) * factorial(3))) < 1e-9", "assert binom(6, 3) == 20"],
+        "def factorial(n):\n    return 7\ndef binom(n, k):\n    from math import factorial as f\n"
+        "    return f(n) // (f(k) * f(n - k))\n", FACTORIAL_RIGHT),
+    "no prompt at all": (
+        "", ["assert abs(binom(5, 2) - factorial(5) / (factorial(2) * factorial(3))) < 1e-9", "assert binom(6, 3) == 20"],
+        "def factorial(n):\n    return 7\ndef binom(n, k):\n    from math import factorial as f\n"
+        "    return f(n) // (f(k) * f(n - k))\n", FACTORIAL_RIGHT),
+    "GCD in capitals": (
+        "Write GCD() and LCM() functions.",
+        ["import math\nassert math.isclose(lcm(4, 6), 4 * 6 / gcd(4, 6))", "assert lcm(3, 5) == 15"],
+        "def lcm(a, b):\n    import math\n    return a * b // math.gcd(a, b)\n",
+        "def gcd(a, b):\n    while b:\n        a, b = b, a % b\n    return a\ndef lcm(a, b):\n    return a * b // gcd(a, b)\n"),
+    "Remainder, not math.remainder": (
+        "Write Quotient and Remainder functions.",
+        ["assert abs(7 - 2 * quotient(7, 2) - remainder(7, 2)) < 1e-9", "assert quotient(9, 4) == 2"],
+        "def quotient(a, b):\n    return a // b\n",
+        "def quotient(a, b):\n    return a // b\ndef remainder(a, b):\n    return a % b\n"),
+}
+
+
+@guards("outside an equality's own expected side a name is the library's only beside a function known to be the "
+        "code's (the entry point, a stub, one the prompt writes as code), and never one the prompt mentions in any "
+        "case or form: a wrong answer lacking its factorial / gcd gets no library one, a right `remainder` is not "
+        "replaced by math's")
+@pytest.mark.parametrize("task", sorted(UNDECLARED))
+def test_a_name_nothing_declares_is_not_the_librarys_in_a_tolerance_check(task):
+    prompt, tests, wrong, right = UNDECLARED[task]
+    values, component = score({"tests": tests}, [wrong, right], prompt=prompt)
+    assert values == [0.5, 1.0], component.last_details  # the wrong answer passes only its other function's test
 
 
 @guards("`factorial` alone in its checks is what the task asks for (math's would pass anything), in a tolerance "

@@ -1010,8 +1010,9 @@ def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], libra
     """Of the names the tests call, those they call only to build the value another of them is checked against:
     the expected side of an equality whose other side calls another of them (`assert perms(s) ==
     list(permutations(s))`, `assertEqual(hyp(3, 4), sqrt(25))`), so they are never the code's. Where `library(name)`
-    says the standard library has that function (`_stdlib_function`), also the expected side of a tolerance or an
-    order check (`abs(hyp(3, 4) - sqrt(25)) < 1e-9`, `isclose(hyp(3, 4), sqrt(25))`, `hyp(3, 4) - sqrt(25) == 0`,
+    says the standard library has that function (`_stdlib_function`) and the other side calls a name of `asked`
+    (known to be the code's: the entry point, a stub, a function the prompt writes as code), also the expected side
+    of a tolerance or an order check (`abs(hyp(3, 4) - sqrt(25)) < 1e-9`, `isclose(hyp(3, 4), sqrt(25))`, `hyp(3, 4) - sqrt(25) == 0`,
     `set(perms(s)) <= set(permutations(s))`), followed through the tests' variables (`expected = sqrt(25)` then
     `== expected`): else a wrong answer defining its own `sqrt` to agree with its `hyp` would pass them. Never a
     name of `asked` (what the prompt asks the code for: `Write hypot(a, b)`, whatever the library holds under it)."""
@@ -1072,7 +1073,7 @@ def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], libra
     for actual, expected, strict in pairs:
         acting_calls, building = calls(actual), calls(expected)
         written = {call.func.id for call, _ in acting_calls}, {call.func.id for call, _ in building}
-        if all(written) and all(map(library, written[0])) and not all(map(library, written[1])):
+        if all(written) and all(map(library, written[0])) and written[1] & asked:
             # `assert sqrt(25) == hyp(3, 4)`, `expected = sqrt(25)` then `expected == hyp(3, 4)`: the side of the
             # library's functions alone is the expected one, whichever is written first
             acting_calls, building, strict = building, acting_calls, False
@@ -1088,7 +1089,7 @@ def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], libra
             # an equality's own two sides, as written; else only a library function (a name of the code's is what
             # these checks more often ask about: `abs(area(r) - 3.14) < 0.01`, `assertEqual(expected, area(r))`)
             if call.func.id not in acting and call.func.id not in asked and (
-                    (strict and direct and in_place) or library(call.func.id)):
+                    (strict and direct and in_place) or (library(call.func.id) and acting & asked)):
                 sides[call.func.id].add("expected")
                 on_expected_side.add(id(call))
     everywhere: dict[str, list[int]] = {name: [] for name in candidates}
@@ -1287,14 +1288,18 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
         wanted = [entry]
     unbound = [n for n in free if n in called and (n not in namespace or n in stubs) and n not in vars(builtins)]
 
-    def in_prompt(pattern: str) -> set[str]:
-        return {n for n in unbound if re.search(pattern.replace("NAME", re.escape(n)), prompt or "")}
+    # The prompt's own words: MBPP's quotes the tests, whose names say nothing of what the task asks for.
+    quoted = {line.strip() for _, source in steps for line in source.splitlines() if line.strip()}
+    words = "\n".join(line for line in (prompt or "").splitlines() if line.strip() not in quoted)
 
-    # What the prompt asks the code for is never the library's: as code (`hypot(`, `def hypot`, `` `hypot` ``) on an
-    # equality's expected side, named at all (`Write product and geometric_mean`) anywhere else. What the code
-    # declares (a stub, `from solution import f`, the entry point) is its own, and shows which side of a check is
-    # the code's answer.
-    named = in_prompt(r"\bNAME\b")
+    def in_prompt(pattern: str) -> set[str]:
+        return {n for n in unbound if re.search(pattern.replace("NAME", re.escape(n)), words, re.IGNORECASE)}
+
+    # What the prompt asks the code for is never the library's: as code (`hypot(`, `def GCD`, `` `gcd` ``) on an
+    # equality's expected side, named at all, in any case and form (`factorials`, `Remainder`) anywhere else. What the
+    # code declares (a stub, `from solution import f`, the entry point) is its own, and shows which side of a check
+    # is the code's answer.
+    named = in_prompt(r"\bNAME")
     declared_names = stubs | set(imported) | ({entry} - {""})
     builders = _expected_builders(steps, set(unbound) | declared_names,
                                   asked=in_prompt(r"\bdef\s+NAME\b|\bNAME\s*\(|`NAME`") | declared_names,
