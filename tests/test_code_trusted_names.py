@@ -305,18 +305,6 @@ ASKED = {  # prompt, tests, a wrong answer that only a library binding of the as
 }
 
 
-@guards("a function the prompt asks for is the code's even where the standard library has one of its name and the "
-        "tests use it beside another of the code's (`abs(sqrt(25) - hypot(3, 4))`, `gamma(6) - factorial(5)`, "
-        "`4 * 6 // gcd(4, 6)`): the library's would pass a wrong answer; and only functions are the library's "
-        "(`string.digits` is a constant)")
-@pytest.mark.parametrize("task", sorted(ASKED))
-def test_what_the_prompt_asks_for_is_never_the_librarys(task):
-    prompt, tests, wrong, right = ASKED[task]
-    values, component = score({"tests": tests}, [wrong, right], prompt=prompt)
-    # digits: the first test compares two of the code's functions, which a wrong answer can make agree
-    assert values == [0.5 if task.startswith("digits") else 0.0, 1.0], component.last_details
-
-
 FACTORIAL_RIGHT = ("def factorial(n):\n    r = 1\n    for i in range(2, n + 1):\n        r *= i\n    return r\n"
                    "def binom(n, k):\n    return factorial(n) // (factorial(k) * factorial(n - k))\n")
 UNDECLARED = {  # prompt, tests, a wrong answer (its factorial / gcd / remainder missing or wrong), a right one
@@ -342,15 +330,19 @@ UNDECLARED = {  # prompt, tests, a wrong answer (its factorial / gcd / remainder
 }
 
 
-@guards("outside an equality's own expected side a name is the library's only beside a function known to be the "
-        "code's (the entry point, a stub, one the prompt writes as code), and never one the prompt mentions in any "
-        "case or form: a wrong answer lacking its factorial / gcd gets no library one, a right `remainder` is not "
-        "replaced by math's")
-@pytest.mark.parametrize("task", sorted(UNDECLARED))
-def test_a_name_nothing_declares_is_not_the_librarys_in_a_tolerance_check(task):
-    prompt, tests, wrong, right = UNDECLARED[task]
+@guards("a function the prompt asks for is the code's even where the standard library has one of its name and the "
+        "tests use it beside another of the code's (`abs(sqrt(25) - hypot(3, 4))`, `gamma(6) - factorial(5)`, "
+        "`4 * 6 // gcd(4, 6)`), and only functions are the library's (`string.digits` is a constant); outside an "
+        "equality's own expected side a name is the library's only beside a function known to be the code's (the "
+        "entry point, a stub, one the prompt writes as code), and never one the prompt mentions in any case or form: "
+        "a wrong answer lacking its factorial / gcd gets no library one, a right `remainder` is not replaced by math's")
+@pytest.mark.parametrize("task", sorted(ASKED) + sorted(UNDECLARED))
+def test_what_the_prompt_asks_for_is_never_the_librarys(task):
+    prompt, tests, wrong, right = ASKED.get(task) or UNDECLARED[task]
     values, component = score({"tests": tests}, [wrong, right], prompt=prompt)
-    assert values == [0.5, 1.0], component.last_details  # the wrong answer passes only its other function's test
+    # where the wrong answer scores 0.5 it passes only a test of another of its functions (digits: one comparing two
+    # of the code's functions, which it makes agree)
+    assert values == [0.5 if task in UNDECLARED or task.startswith("digits") else 0.0, 1.0], component.last_details
 
 
 @guards("`factorial` alone in its checks is what the task asks for (math's would pass anything), in a tolerance "
