@@ -322,6 +322,11 @@ UNDECLARED = {  # prompt, tests, a wrong answer (its factorial / gcd / remainder
         ["import math\nassert math.isclose(lcm(4, 6), 4 * 6 / gcd(4, 6))", "assert lcm(3, 5) == 15"],
         "def lcm(a, b):\n    import math\n    return a * b // math.gcd(a, b)\n",
         "def gcd(a, b):\n    while b:\n        a, b = b, a % b\n    return a\ndef lcm(a, b):\n    return a * b // gcd(a, b)\n"),
+    "a formula in prose, not a request": (
+        "Write lcm(a, b). Recall lcm(a, b) = a*b / GCD(a, b).",
+        ["assert lcm(4, 6) == 4 * 6 // gcd(4, 6)", "assert lcm(3, 5) == 15"],
+        "def gcd(a, b):\n    return 1\ndef lcm(a, b):\n    return a * b\n",  # agrees with its own gcd
+        "import math\ndef lcm(a, b):\n    return a * b // math.gcd(a, b)\n"),  # defines no gcd: the library's
     "Remainder, not math.remainder": (
         "Write Quotient and Remainder functions.",
         ["assert abs(7 - 2 * quotient(7, 2) - remainder(7, 2)) < 1e-9", "assert quotient(9, 4) == 2"],

@@ -1006,16 +1006,17 @@ def _code_classes(prompt: str) -> set[str]:
 
 
 def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], library=lambda name: False,
-                       asked: set[str] = frozenset()) -> set[str]:
+                       asked: set[str] = frozenset(), known: set[str] = frozenset()) -> set[str]:
     """Of the names the tests call, those they call only to build the value another of them is checked against:
     the expected side of an equality whose other side calls another of them (`assert perms(s) ==
     list(permutations(s))`, `assertEqual(hyp(3, 4), sqrt(25))`), so they are never the code's. Where `library(name)`
-    says the standard library has that function (`_stdlib_function`) and the other side calls a name of `asked`
+    says the standard library has that function (`_stdlib_function`) and the other side calls a name of `known`
     (known to be the code's: the entry point, a stub, a function the prompt writes as code), also the expected side
-    of a tolerance or an order check (`abs(hyp(3, 4) - sqrt(25)) < 1e-9`, `isclose(hyp(3, 4), sqrt(25))`, `hyp(3, 4) - sqrt(25) == 0`,
-    `set(perms(s)) <= set(permutations(s))`), followed through the tests' variables (`expected = sqrt(25)` then
-    `== expected`): else a wrong answer defining its own `sqrt` to agree with its `hyp` would pass them. Never a
-    name of `asked` (what the prompt asks the code for: `Write hypot(a, b)`, whatever the library holds under it)."""
+    of a tolerance or an order check (`abs(hyp(3, 4) - sqrt(25)) < 1e-9`, `isclose(hyp(3, 4), sqrt(25))`,
+    `hyp(3, 4) - sqrt(25) == 0`, `set(perms(s)) <= set(permutations(s))`), followed through the tests' variables
+    (`expected = sqrt(25)` then `== expected`): else a wrong answer defining its own `sqrt` to agree with its `hyp`
+    would pass them. Never a name of `asked` (what the task declares the code's: `def gcd` in the prompt, the entry
+    point, whatever the library holds under it)."""
     trees = list(_step_trees(steps))  # kept alive: call nodes are told apart by id() below
     assigned: dict[str, list[ast.AST]] = {}
     for tree in trees:
@@ -1073,7 +1074,7 @@ def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], libra
     for actual, expected, strict in pairs:
         acting_calls, building = calls(actual), calls(expected)
         written = {call.func.id for call, _ in acting_calls}, {call.func.id for call, _ in building}
-        if all(written) and all(map(library, written[0])) and written[1] & asked:
+        if all(written) and all(map(library, written[0])) and written[1] & known:
             # `assert sqrt(25) == hyp(3, 4)`, `expected = sqrt(25)` then `expected == hyp(3, 4)`: the side of the
             # library's functions alone is the expected one, whichever is written first
             acting_calls, building, strict = building, acting_calls, False
@@ -1089,7 +1090,7 @@ def _expected_builders(steps: list[tuple[str, str]], candidates: set[str], libra
             # an equality's own two sides, as written; else only a library function (a name of the code's is what
             # these checks more often ask about: `abs(area(r) - 3.14) < 0.01`, `assertEqual(expected, area(r))`)
             if call.func.id not in acting and call.func.id not in asked and (
-                    (strict and direct and in_place) or (library(call.func.id) and acting & asked)):
+                    (strict and direct and in_place) or (library(call.func.id) and acting & known)):
                 sides[call.func.id].add("expected")
                 on_expected_side.add(id(call))
     everywhere: dict[str, list[int]] = {name: [] for name in candidates}
@@ -1293,16 +1294,20 @@ def judge(session, steps: list[tuple[str, str]], entry: str, trusted_prefix: str
     words = "\n".join(line for line in (prompt or "").splitlines() if line.strip() not in quoted)
 
     def in_prompt(pattern: str) -> set[str]:
-        return {n for n in unbound if re.search(pattern.replace("NAME", re.escape(n)), words, re.IGNORECASE)}
+        return {n for n in unbound
+                if re.search(pattern.replace("NAME", re.escape(n)), words, re.IGNORECASE | re.MULTILINE)}
 
-    # What the prompt asks the code for is never the library's: as code (`hypot(`, `def GCD`, `` `gcd` ``) on an
-    # equality's expected side, named at all, in any case and form (`factorials`, `Remainder`) anywhere else. What the
-    # code declares (a stub, `from solution import f`, the entry point) is its own, and shows which side of a check
-    # is the code's answer.
-    named = in_prompt(r"\bNAME")
+    # What the task declares the code's (a stub, `from solution import f`, the entry point; in the prompt `def gcd`,
+    # `` `gcd` ``, or `gcd(` where it is asked for, `Write gcd(a, b) and lcm(a, b)`, not inside a formula, `lcm(a, b)
+    # = a*b / gcd(a, b)`, which says what the expected value is) is never the library's; outside an equality's own
+    # expected side neither is a name the prompt mentions at all, in any case, as a word or its plural (`factorials`,
+    # `Remainder`). A function the prompt writes as code (`Write hyp(a, b)`) is the code's side of a check.
     declared_names = stubs | set(imported) | ({entry} - {""})
+    named = in_prompt(r"\bNAME(e?s)?\b")
     builders = _expected_builders(steps, set(unbound) | declared_names,
-                                  asked=in_prompt(r"\bdef\s+NAME\b|\bNAME\s*\(|`NAME`") | declared_names,
+                                  asked=in_prompt(r"\bdef\s+NAME\b|`NAME`|(?:^|[^=+\-*/%^()<>|&\s])\s*\bNAME\s*\(")
+                                  | declared_names,
+                                  known=in_prompt(r"\bdef\s+NAME\b|\bNAME\s*\(|`NAME`") | declared_names,
                                   library=lambda name: name not in named and _stdlib_function(name, load) is not None)
     for name in builders:  # `perms(s) == list(permutations(s))`: the expected value is the standard library's
         library = _stdlib_function(name, load)
