@@ -281,6 +281,23 @@ def format_humaneval(row: Row) -> Mapped:
 _CALLED = re.compile(r"assert\s+(?:not\s+)?\(?\s*(?:set\(|math\.isclose\()?\s*([A-Za-z_]\w*)\s*\(")
 
 
+def _mbpp_entry(test: str) -> str:
+    """The function an MBPP assert tests: the first name it calls that is not a builtin (`assert abs(f(x) - y) <
+    1e-9` tests `f`, not `abs`); the regex where the assert does not parse."""
+    import ast
+    import builtins
+
+    try:
+        tree = ast.parse(test)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        called = _CALLED.search(test)
+        return called.group(1) if called else ""
+    for node in ast.walk(tree):  # breadth first: the outermost call of the code's first
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+            return node.func.id
+    return ""
+
+
 def format_mbpp(row: Row) -> Mapped:
     """google-research-datasets/mbpp, full (task_id, text, code, test_list, test_setup_code) or sanitized (prompt,
     test_imports): the task and its tests in the prompt (as in the MBPP paper), the asserts as the tests."""
@@ -291,8 +308,7 @@ def format_mbpp(row: Row) -> Mapped:
     if not tests:
         return None, "no test_list"
     setup = "\n".join(x for x in [row.get("test_setup_code") or "", *(row.get("test_imports") or [])] if x.strip())
-    called = _CALLED.search(tests[0])
-    entry = called.group(1) if called else ""
+    entry = _mbpp_entry(tests[0])
     content = "\n".join([text, f"Your code should pass these tests:\n\n{chr(10).join(tests)}", "", CODE_ANSWER])
     return {"id": f"mbpp-{row.get('task_id')}" if row.get("task_id") is not None else _stable_id(text),
             "prompt": [{"role": "user", "content": content}], "tests": tests, "test_setup_code": setup,

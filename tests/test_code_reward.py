@@ -197,6 +197,19 @@ def test_mbpp_rows_put_the_tests_in_the_prompt():
     assert format_mbpp({"text": "x", "test_list": []}) == (None, "no test_list")
 
 
+def test_an_mbpp_rows_entry_point_is_the_function_its_first_assert_tests():
+    """Not the builtin wrapped around it (`abs(...) < 1e-9`, `sorted(...) ==`): with `abs` as the entry point every
+    answer failed the row. A right answer to such a row scores 1, a wrong one 0."""
+    tests = ["assert abs(half(3) - 1.5) < 1e-9", "assert sorted(pair(2)) == [1, 2]"]
+    entries = [format_mbpp({"text": "Write it.", "test_list": [test]})[0]["entry_point"] for test in tests]
+    assert entries == ["half", "pair"]
+    mapped, _ = format_mbpp({"text": "Write half(x).", "test_list": tests[:1]})
+    component = CodeExecution(timeout=5.0, workers=0)
+    answers = ["```python\ndef half(x):\n    return x / 2\n```", "```python\ndef half(x):\n    return x\n```"]
+    assert component(prompts=[mapped["prompt"]] * 2, completions=answers, tests=[mapped["tests"]] * 2,
+                     entry_point=[mapped["entry_point"]] * 2) == [1.0, 0.0], component.last_details
+
+
 def test_custom_tests_format(tmp_path):
     path = tmp_path / "code.jsonl"
     path.write_text(json.dumps({"prompt": "Write f, adding one.", "tests": ["assert f(1) == 2"]}) + "\n"
