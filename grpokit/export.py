@@ -489,18 +489,23 @@ def _checkpoint_dtype(model_dir: Path):
     return getattr(torch, name) if name in ("float16", "bfloat16", "float32") else torch.bfloat16
 
 
+def _tensor_headers(model_dir: Path) -> list[dict]:
+    """Each tensor's entry (dtype, shape, offsets) in the checkpoint's safetensors headers, without reading weights."""
+    entries = []
+    for weights in Path(model_dir).glob("*.safetensors"):
+        with open(weights, "rb") as handle:
+            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        entries += [entry for key, entry in header.items() if key != "__metadata__"]
+    return entries
+
+
 def _stored_in_bf16(model_dir: Path) -> bool:
-    """Whether every tensor of the checkpoint is stored in bf16 (read from the safetensors headers)."""
-    files = list(Path(model_dir).glob("*.safetensors"))
-    for path in files:
-        try:
-            with open(path, "rb") as handle:
-                header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-        except (OSError, ValueError):
-            return False
-        if any(isinstance(t, dict) and t.get("dtype") != "BF16" for k, t in header.items() if k != "__metadata__"):
-            return False
-    return bool(files)
+    """Whether every tensor of the checkpoint is stored in bf16."""
+    try:
+        entries = _tensor_headers(model_dir)
+    except (OSError, ValueError):
+        return False
+    return bool(entries) and all(isinstance(entry, dict) and entry.get("dtype") == "BF16" for entry in entries)
 
 
 def _checkpoint_bytes(model_dir: Path) -> int:
@@ -537,12 +542,7 @@ def convert(model_dir: Path, target: Path, outtype: str) -> Path:
 
 
 def _tensor_count(model_dir: Path) -> int:
-    count = 0
-    for weights in Path(model_dir).glob("*.safetensors"):
-        with open(weights, "rb") as handle:
-            size = int.from_bytes(handle.read(8), "little")
-            count += sum(1 for key in json.loads(handle.read(size)) if key != "__metadata__")
-    return count
+    return len(_tensor_headers(model_dir))
 
 
 QUANTISER = """
