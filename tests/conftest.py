@@ -52,9 +52,12 @@ def train_cli(*args, cwd=ROOT, env=None, timeout=900, input=None) -> subprocess.
 
 
 # `make test` gives each xdist worker whole test files (`--dist loadfile`: a file's module fixtures are made once), in
-# collection order: the longest files start first, so that neither worker is left alone with one at the end (make
-# test's durations).
-LONGEST_FIRST = ("test_export", "test_engines", "test_distributed", "test_bench", "test_faults")
+# collection order: the longest files start first, longest to shortest (make test's durations), so that what is left
+# at the end is short files and neither worker waits long for the other (with only the five longest first,
+# test_unsloth_generated came last and one worker waited 60 s).
+LONGEST_FIRST = ("test_export", "test_engines", "test_distributed", "test_bench", "test_faults", "test_unsloth_generated",
+                 "test_e2e", "test_code_task", "test_sandbox", "test_api", "test_code_agreement", "test_warm_cli",
+                 "test_doctor", "test_advantages", "test_run_semantics", "test_run_stories", "test_code_hacks")
 
 
 def pytest_collection_modifyitems(config, items):

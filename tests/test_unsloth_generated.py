@@ -2,8 +2,8 @@
 
 tests/fixtures/unsloth_generated_trainer.py imports `unsloth.models.rl` (the generator; it needs the real `triton`
 package, which `make test` installs into .venv/triton-cpu) so that `trl.GRPOTrainer` is Unsloth's generated
-`UnslothGRPOTrainer` exactly as on a GPU, then runs the CLI: 2 steps of the default path (Unsloth, 4-bit LoRA) on a
-tiny random Llama. Substituted for a GPU run: Unsloth's CPU model loader instead of its CUDA kernels, the llama.cpp
+`UnslothGRPOTrainer` exactly as on a GPU, then runs the CLI twice in that interpreter: 2 steps of the default path
+(Unsloth, 4-bit LoRA) on a tiny random Llama, then a one-step calculator tool run. Substituted for a GPU run: Unsloth's CPU model loader instead of its CUDA kernels, the llama.cpp
 sampler instead of vLLM / generate. Every method of ours meets the generated code's real signatures, keywords,
 batch keys and return shapes, so a mismatch fails here, not on a user's GPU. When the generator stops replacing
 TRL's trainer, the test fails and says so: it never passes on TRL's own classes.
@@ -30,6 +30,10 @@ def generated_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("generated")
     model = make_tiny_model(work / "tiny-llama")
     out = work / "run"
+    # then the tool run (test_a_tool_run_through_the_generated_trainer), in the same interpreter
+    tool_run = ["--quick-test", "--model", str(model), "--max-steps", "1", "--output-dir", str(work / "tool-run"),
+                "--no-wandb", "--tool", "calculator", "--set", "max_completion_length=8", "--set", "max_eval_samples=2",
+                "--set", "max_generation_samples=2", "--set", "save_steps=0"]
     # All-truncated completions (a random model never samples EOS in 8 tokens): with Unsloth's DAPO rewrite
     # (mask_truncated_completions=True) no completion would get a gradient. Half the prompts have flat groups,
     # which dynamic sampling drops and refills: batches of several rounds are merged, max_left_pad included. The
@@ -40,7 +44,7 @@ def generated_run(tmp_path_factory):
                "--custom-data", str(ROOT / "tests" / "fixtures" / "sums_varied_prompts.jsonl"),
                "--set", "max_completion_length=8", "--set", "dynamic_sampling=true", "--set", "beta=0.04",
                "--set", "dynamic_sampling_max_rounds=2", "--set", "max_eval_samples=4",
-               "--set", "max_generation_samples=4", "--set", "save_steps=0"]
+               "--set", "max_generation_samples=4", "--set", "save_steps=0", "--then", *tool_run]
     # CI=1: torch then raises on an aliasing custom op where it otherwise warns (Unsloth's memory-planned loss)
     env = {**os.environ, "CI": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MERGE_CHECK": str(work / "merges.jsonl"),
            "PYTHONPATH": os.pathsep.join([str(TRITON_DIR), str(ROOT)])}
@@ -113,26 +117,15 @@ def test_dynamic_sampling_merges_the_generated_trainers_batches(generated_run):
     assert rounds and max(rounds) >= 1, rounds
 
 
-def test_a_tool_run_through_the_generated_trainer(tmp_path):
+def test_a_tool_run_through_the_generated_trainer(generated_run):
     """A calculator run through UnslothGRPOTrainer: TRL's tool loop inside its generation, and tool_mask through its
     fused loss (unsloth_zoo's grpo_accumulated_loss aligns the tool mask with its left-packed frame)."""
-    if not (TRITON_DIR / ".installed").exists():
-        pytest.fail(f"triton is not in {TRITON_DIR}: `make test` installs it (make {TRITON_DIR.relative_to(ROOT)})")
-    model = make_tiny_model(tmp_path / "tiny-llama")
-    out = tmp_path / "run"
-    command = [sys.executable, str(DRIVER), "--quick-test", "--model", str(model), "--max-steps", "1",
-               "--output-dir", str(out), "--no-wandb", "--tool", "calculator", "--set", "max_completion_length=8",
-               "--set", "max_eval_samples=2", "--set", "max_generation_samples=2", "--set", "save_steps=0"]
-    # CI=1: torch then raises on an aliasing custom op where it otherwise warns (Unsloth's memory-planned loss)
-    env = {**os.environ, "CI": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(TRITON_DIR), str(ROOT)])}
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-    assert "generated: UnslothGRPOTrainer" in result.stdout, result.stdout[-2000:] + result.stderr[-3000:]
+    result, out = generated_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    state = json.loads((out / "trainer_state.json").read_text())
+    state = json.loads((out.parent / "tool-run" / "trainer_state.json").read_text())
     assert any("tools/call_frequency" in entry for entry in state["log_history"])
     assert all("trajectory" in entry for entry in json.loads(
-        (out / "generation_logs" / "generation_log_step_1.json").read_text()))
+        (out.parent / "tool-run" / "generation_logs" / "generation_log_step_1.json").read_text()))
 
 
 def test_merged_batches_keep_each_rows_log_probs_where_unsloths_loss_reads_them(generated_run):
