@@ -40,7 +40,7 @@ def test_step_profile_two_steps():
 
 def test_rewards_and_data_benchmarks_run():
     assert "balanced" in _run("bench/bench_rewards.py")
-    assert "second run" in _run("bench/bench_data.py")
+    assert "second run: 5000 rows -> " in _run("bench/bench_data.py", "--rows", "5000")  # the figure: 100k rows
 
 
 def test_qa_agreement_benchmark_runs():

@@ -10,6 +10,7 @@ per module and shared by the asserts.
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,8 +130,9 @@ def gguf_f16(run):
 
 @pytest.fixture(scope="module")
 def gguf_q4(run):
-    """The whole chain in one command: merge, llama.cpp's converter, its quantiser, the Modelfile."""
-    result = cli("export", str(run), "--quant", "q4_k_m", "--ollama")
+    """The whole chain in one command: merge, llama.cpp's converter, its quantiser, the Modelfile. --no-measure: the
+    test answers the held-out prompts itself (gguf_f16 and gguf-lora measure themselves)."""
+    result = cli("export", str(run), "--quant", "q4_k_m", "--ollama", "--no-measure")
     assert result.returncode == 0, result.stderr[-3000:]
     return run / "export" / "gguf-q4_k_m"
 
@@ -211,14 +213,11 @@ def test_gguf_q4_k_m_keeps_the_held_out_reward_and_ollama_gets_a_modelfile(run, 
 
 def test_merged_safetensors_answer_as_the_adapter_does_without_peft(run, held_out, tokenizer, reference,
                                                                     max_new_tokens):
-    from transformers import AutoModelForCausalLM
-
     """In float32 the merged weights are the trained model exactly. In the base's bfloat16 a short run's update is
     mostly below a weight's rounding step: the command measures how much is lost, says it in one line with the dtype
     that keeps it, and writes the figure into the model card."""
-    import re
-
     import torch
+    from transformers import AutoModelForCausalLM
 
     # --no-measure: this test answers the held-out prompts itself (the bf16 export below measures itself)
     result = cli("export", str(run), "--format", "merged", "--dtype", "float32", "-o", str(run / "export" / "m32"),
@@ -251,7 +250,7 @@ def test_merged_safetensors_answer_as_the_adapter_does_without_peft(run, held_ou
     assert measured and int(measured.group(1)) >= 20, card
 
 
-def test_gguf_lora_loads_in_llama_cpp_on_its_base(run, held_out, tokenizer, reference, max_new_tokens):
+def test_gguf_lora_loads_in_llama_cpp_on_its_base(run):
     """The adapter alone, applied by llama.cpp to the base GGUF written beside it for Ollama's ADAPTER (as
     `llama-cli -m BASE --lora ADAPTER` does)."""
     result = cli("export", str(run), "--format", "gguf-lora", "--ollama")
@@ -260,9 +259,12 @@ def test_gguf_lora_loads_in_llama_cpp_on_its_base(run, held_out, tokenizer, refe
     lora = next(out.glob("*.lora.gguf"))
     base = next(p for p in out.glob("*.gguf") if p != lora)
     assert (out / "Modelfile").read_text().startswith(f"FROM ./{base.name}\nADAPTER ./{lora.name}\n")
-    assert "answers as the run's final evaluation" in (out / "README.md").read_text()  # it measured itself
-    answers = llama_greedy(base, tokenizer, held_out, max_new_tokens, lora=lora)
-    assert same_answers(answers, reference) >= 23, list(zip(answers, reference, strict=True))
+    # it measured itself: llama-cpp-python's Llama on the base GGUF with the LoRA applied (gguf_greedy, what
+    # llama_greedy here runs), whole completions against the run's final evaluation; the base alone answers many
+    # of them otherwise (the run's summary counts those it improved)
+    measured = re.search(r"\| measured \| (\d+)/24 answers as the run's final evaluation",
+                         (out / "README.md").read_text())
+    assert measured and int(measured.group(1)) >= 23, (out / "README.md").read_text()
 
 
 # ---- bad input: one line, exit 2, nothing written --------------------------------------------------------------------
