@@ -470,10 +470,13 @@ def remove_console_callbacks(trainer) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 def print_header(lines: Iterable[tuple[str, Any] | str], title: str = "GRPO run") -> None:
-    """A compact start-of-run block: a rule and one `key  value` line per item (strings print as they are).
+    """A compact start-of-run block: a rule and one `key  value` item per line (strings print as they are); a value
+    longer than the console is wide continues under the value, not under the key.
 
     Use it instead of logging the whole config as one JSON line (which wraps to a dozen lines at 80 columns and is
     in run_config.json anyway)."""
+    import textwrap
+
     console = get_console()
     console.rule(f"[bold]{title}", style="dim")
     items = [line if isinstance(line, str) else (str(line[0]), str(line[1])) for line in lines]
@@ -481,8 +484,14 @@ def print_header(lines: Iterable[tuple[str, Any] | str], title: str = "GRPO run"
     for item in items:
         if isinstance(item, str):
             console.print(item, markup=False, highlight=False)
-        else:
-            console.print(f"[bold]{item[0]:<{width}}[/]  {_escape(item[1])}", highlight=False)
+            continue
+        # wrapped here, between words (a path longer than the line stays whole), so that rich does not wrap it again
+        # at column 0
+        first, *rest = textwrap.wrap(item[1], max(20, console.width - width - 2), break_long_words=False,
+                                     break_on_hyphens=False) or [""]
+        console.print(f"[bold]{item[0]:<{width}}[/]  {_escape(first)}", highlight=False, soft_wrap=True)
+        for line in rest:
+            console.print(" " * (width + 2) + line, markup=False, highlight=False, soft_wrap=True)
 
 
 def print_summary(summary: dict[str, Any], console=None) -> None:

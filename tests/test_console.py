@@ -276,6 +276,22 @@ def test_print_header_and_summary(monkeypatch):
     assert "export: python train_grpo.py export /tmp/run --quant q4_k_m --ollama" in flat  # what to run next
 
 
+def test_a_header_value_longer_than_the_line_continues_under_the_value(monkeypatch):
+    """The quick test's `threads` line is 104 columns: it wrapped to column 0, in the middle of the key column."""
+    rich_console, buffer = _console(terminal=False)
+    monkeypatch.setattr(console, "_console", rich_console)
+    threads = ("2 (2 CPUs, 0.0 busy elsewhere; re-checked every step); the result of a seed depends on the count: "
+               "OMP_NUM_THREADS=N pins it")
+    path = "/tmp/" + "x" * 90
+    console.print_header([("model", "smollm2-135m"), ("threads", threads), ("output", path)])
+    lines = [line for line in buffer.getvalue().splitlines() if "─" not in line]
+    assert lines[0] == "model    smollm2-135m"
+    assert lines[1].startswith("threads  2 (2 CPUs") and len(lines[1]) <= 100  # the test console's width
+    assert lines[2].startswith(" " * 9) and not lines[2].startswith(" " * 10)  # under the value
+    assert " ".join(line.strip() for line in lines[1:3]).removeprefix("threads  ") == threads
+    assert lines[3] == f"output   {path}"  # a word longer than the line stays whole, on its own line
+
+
 def test_the_quick_tests_export_command_fits_80_columns_whole(monkeypatch):
     """grpo_outputs/quick_test makes "export: " + the command 83 columns: the command goes on its own line."""
     rich_console, buffer = _console(terminal=False)
