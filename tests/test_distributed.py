@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT, sandbox_leftovers
+from conftest import ROOT, sandbox_leftovers, train_cli
 
 pytestmark = pytest.mark.slow
 
@@ -78,22 +78,25 @@ def test_two_process_torchrun_run(tmp_path):
     assert log_text.count("Config (preset quick_test)") == 1  # only rank 0 writes the log file
     assert result.stderr.count("GRPO run finished") == 1  # one summary
 
-    # `latest` with an incomplete newest checkpoint (a save that died: `.writing`, no `.complete`): set aside once
-    # (by rank 0), every rank names the same one; --dry-run prints one plan, not one per rank
+    # `latest` with an incomplete newest checkpoint (a save that died: `.writing`, no `.complete`)
     (out / "checkpoint-3").mkdir()
     (out / "checkpoint-3" / ".writing").write_text("1\n")
-    result = _torchrun(*run, "--max-steps", "3", "--resume-from-checkpoint", "latest", "--dry-run", timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert len(list(out.glob("incomplete-checkpoint-3-*"))) == 1 and not (out / "checkpoint-3").exists()
-    assert result.stderr.count(f"--resume-from-checkpoint latest: {out / 'checkpoint-2'}") == 2
-    assert "Traceback" not in result.stderr
-    assert result.stdout.count('"load_plan"') == 1
+    # --dry-run under a launcher prints one plan, rank 0's: rank 1 (RANK as torchrun sets it) prints none, and
+    # leaves the incomplete checkpoint to rank 0
+    rank_1 = train_cli(*run, "--max-steps", "3", "--resume-from-checkpoint", "latest", "--dry-run",
+                       env={"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}, timeout=300)
+    assert rank_1.returncode == 0 and rank_1.stdout == "", rank_1.stderr[-3000:]
+    assert f"--resume-from-checkpoint latest: {out / 'checkpoint-2'}" in rank_1.stderr
+    assert (out / "checkpoint-3").exists() and "Traceback" not in rank_1.stderr
 
-    # and resumed for real, one step more: each rank loads the optimizer state (transformers maps it to the rank's
-    # device, `cpu:0` under torchrun on CPU, which torch.load refused) and both finish the extra step
+    # resumed, one step more: set aside once (by rank 0), every rank names the same checkpoint; each rank loads the
+    # optimizer state (transformers maps it to the rank's device, `cpu:0` under torchrun on CPU, which torch.load
+    # refused) and both finish the extra step
     result = _torchrun(*run, "--max-steps", "3", "--resume-from-checkpoint", "latest", timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "Traceback" not in result.stderr
+    assert len(list(out.glob("incomplete-checkpoint-3-*"))) == 1
+    assert result.stderr.count(f"--resume-from-checkpoint latest: {out / 'checkpoint-2'}") == 2
     assert "rank 0 of 2 finished at global step 3" in result.stderr
     assert "rank 1 of 2 finished at global step 3" in result.stderr
     assert json.loads((out / "metrics_summary.json").read_text())["global_step"] == 3
