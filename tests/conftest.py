@@ -1,9 +1,11 @@
 """Shared fixtures. Tests never touch the network: a hub call must fail fast, not hang."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -119,12 +121,43 @@ def fault_run(out, *extra, env=None, popen=False):
     return train_cli(*FAULT_RUN, "--output-dir", str(out), *extra, env=env)
 
 
+# A test that kills a sandboxes' owner on purpose (test_sandbox.py's killed trainer) leaves owner-gone sandboxes for
+# a few seconds, until it sweeps them; the other xdist worker's leftover checks would count them as their run's. It
+# holds this lock exclusively from the kill to the sweep; sandbox_leftovers() waits for it (shared).
+LEFTOVERS_LOCK = Path(tempfile.gettempdir()) / "grpokit-tests-sandbox-leftovers.lock"
+_KILLING = []  # set while this process holds the lock exclusively: its own checks then read without waiting
+
+
+@contextlib.contextmanager
+def killing_sandbox_owners():
+    """Around a kill of a sandboxes' owner and the sweep of what it left: no leftover check runs meanwhile."""
+    import fcntl
+
+    with open(LEFTOVERS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _KILLING.append(True)
+        try:
+            yield
+        finally:
+            _KILLING.pop()
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def sandbox_leftovers() -> set[str]:
     """What code sandboxes left on the host with no owner alive: cgroups and mount points / job roots whose owner pid
     (in their name) is gone, and sandbox processes orphaned to pid 1. Compare before and after a run: a run must
     remove all of its own (another live run's sandboxes, which this machine may be running, are not counted)."""
+    if _KILLING:
+        return _leftovers()
+    import fcntl
+
+    with open(LEFTOVERS_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # not while a test elsewhere kills an owner on purpose (above)
+        return _leftovers()
+
+
+def _leftovers() -> set[str]:
     import glob
-    import tempfile
 
     import psutil
 

@@ -772,7 +772,7 @@ print(seen)
 def test_a_helper_outlives_no_trainer_killed_at_once(tmp_path):
     """kill -9 of the trainer while its helper spins on the code's answers (a C loop holding the GIL): the helper's
     watchdog kills it within seconds instead of leaving it to spin for good."""
-    from conftest import sandbox_leftovers
+    from conftest import killing_sandbox_owners, sandbox_leftovers
 
     before = sandbox_leftovers()
     trainer = subprocess.Popen(
@@ -783,19 +783,20 @@ def test_a_helper_outlives_no_trainer_killed_at_once(tmp_path):
     helper = int(trainer.stdout.readline())
     time.sleep(1.5)  # the helper is spinning now
     assert psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
-    trainer.kill()
-    trainer.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and psutil.pid_exists(helper) and \
-            psutil.Process(helper).status() != psutil.STATUS_ZOMBIE:
-        time.sleep(0.2)
-    alive = psutil.pid_exists(helper) and psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
-    assert not alive, "the helper outlived its trainer"
-    # What the killed pair could not remove (its sandbox's cgroups) the next run's start sweeps (sandbox.sweep() of
-    # owners that are gone); swept here at once, so that a test running beside this one (another xdist worker: a
-    # code run's leftover check) does not count it as its own
-    sandbox.sweep()
-    assert sandbox_leftovers() <= before
+    with killing_sandbox_owners():  # from the kill to the sweep, a code run's leftover check beside this one waits
+        trainer.kill()
+        trainer.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and psutil.pid_exists(helper) and \
+                psutil.Process(helper).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.2)
+        alive = psutil.pid_exists(helper) and psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
+        assert not alive, "the helper outlived its trainer"
+        # What the killed pair could not remove (its sandbox's cgroups) the next run's start sweeps (sandbox.sweep()
+        # of owners that are gone); swept here at once, so that a test running beside this one (another xdist
+        # worker: a code run's leftover check) does not count it as its own
+        sandbox.sweep()
+        assert sandbox_leftovers() <= before
 
 
 def _run_filter(program, arch, number, args=(0,) * 6):
