@@ -24,9 +24,8 @@ bytecode: $(STAMP)
 # best version over all of them. Byte-compiled while the engine compiles: what a run imports
 # (tools/compile_run_imports.py imports it: ~4,800 of the set's ~16,000 files, 25 CPU-seconds), not everything (51
 # CPU-seconds taken from that compile: a cold `make quick-test` 238 / 234 -> 212 / 200 s); `make test` compiles the rest
-# (BYTECODE_ALL) before its many processes start. The same process then converts the embedded model
-# (`--embedded-model`: ~20 CPU-seconds the first run would spend before training). Where nothing compiles beside it
-# (the engine's wheel was cached), the install compiles everything at once, on both cores.
+# (BYTECODE_ALL) before its many processes start. Where nothing compiles beside it (the engine's wheel was cached),
+# the install compiles everything at once, on both cores.
 BYTECODE_ALL := $(VENV)/.bytecode-all
 compile_all = { $(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
 	> /dev/null; touch $(BYTECODE_ALL); }
@@ -129,7 +128,7 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-
 	$(PY) -m pip install --quiet -r requirements.txt && \
 	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; }; status=$$?; \
 	if [ $$status = 0 ]; then if [ -f $(VENV)/.llama-wheel.rc ]; then $(compile_all); \
-		else $(PY) tools/compile_run_imports.py --embedded-model > /dev/null 2>&1; fi; fi; wait; exit $$status
+		else $(PY) tools/compile_run_imports.py > /dev/null 2>&1; fi; fi; wait; exit $$status
 	@rc=$$(cat $(VENV)/.llama-wheel.rc); \
 	if [ "$$rc" = 0 ] && { $(llama_install); } >> $(LLAMA_LOG) 2>&1; then :; \
 	elif [ "$$rc" = "no C++ compiler" ]; then \

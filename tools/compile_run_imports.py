@@ -7,10 +7,6 @@ CPU-seconds), so a run in an environment that sets PYTHONDONTWRITEBYTECODE (CI, 
 its imports again in every process. Whatever a run imports that is not here is compiled on first use, as Python
 always does; `make test` byte-compiles the rest (its many processes import more). Never fails the install: a package
 that does not import here is the run's to report.
-
-`--embedded-model`: then also convert the embedded model (its GGUF -> the safetensors a run loads, ~20 CPU-seconds,
-what the first run would do before it trains), in this process that has transformers imported already. `make install`
-passes it where this runs beside the engine's compile: the first `make quick-test` then starts training sooner.
 """
 
 import sys
@@ -39,13 +35,6 @@ def main() -> int:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - the run reports it; this only misses the head start
             print(f"compile_run_imports: {name}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
-    if "--embedded-model" in sys.argv[1:]:
-        from grpokit.model_loader import embedded_model_dir
-
-        try:
-            embedded_model_dir()
-        except Exception as err:  # noqa: BLE001 - the first run converts it again and reports what fails
-            print(f"compile_run_imports: the embedded model: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
     return 0
 
 
