@@ -143,6 +143,12 @@ def killing_sandbox_owners():
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def sandbox_owner(name: str) -> int | None:
+    """The pid that owns a code sandbox's cgroup or directory, from its name (rewards/code/sandbox.py PREFIX + pid)."""
+    owner = os.path.basename(name).removeprefix("grpokit-sandbox-").split("-", 1)[0]
+    return int(owner) if owner.isdigit() else None
+
+
 def sandbox_leftovers() -> set[str]:
     """What code sandboxes left on the host with no owner alive: cgroups and mount points / job roots whose owner pid
     (in their name) is gone, and sandbox processes orphaned to pid 1. Compare before and after a run: a run must
@@ -164,8 +170,8 @@ def _leftovers() -> set[str]:
     found = set()
     for path in [*glob.glob("/sys/fs/cgroup/**/grpokit-sandbox-*", recursive=True),
                  *glob.glob(os.path.join(tempfile.gettempdir(), "grpokit-sandbox-*"))]:
-        owner = os.path.basename(path)[len("grpokit-sandbox-"):].split("-", 1)[0]
-        if not (owner.isdigit() and psutil.pid_exists(int(owner))):
+        owner = sandbox_owner(path)
+        if not (owner and psutil.pid_exists(owner)):
             found.add(path)
     for process in psutil.process_iter(["cmdline", "ppid"]):
         if process.info["ppid"] == 1 and any("sandbox_worker" in arg or "grpokit-sandbox-" in arg

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT
+from conftest import ROOT, sandbox_owner
 
 from rewards.code import CodeExecution, sandbox
 
@@ -98,7 +98,7 @@ def sandboxed_processes() -> dict[int, int]:
         for line in groups.splitlines():
             name = line.rsplit("/", 1)[-1]
             if name.startswith(sandbox.PREFIX):
-                found[int(pid)] = int(name[len(sandbox.PREFIX):].split("-", 1)[0])
+                found[int(pid)] = sandbox_owner(name)
                 break
     return found
 
@@ -439,7 +439,7 @@ def test_a_helper_killed_at_its_deadline_leaves_nothing_on_the_host():
 
     helpers = {h.process.pid for h in sandbox._TRUSTED_IDLE}
     held = [p for p in Path(tempfile.gettempdir()).glob(f"{sandbox.PREFIX}*")
-            if int(p.name[len(sandbox.PREFIX):].split("-")[0]) in helpers]
+            if sandbox_owner(p.name) in helpers]
     assert held  # the idle helper holds a sandbox between calls
     sandbox.shutdown()
     assert not any(p.exists() for p in held) and sandbox_leftovers() <= before  # closed by the helper itself
