@@ -54,7 +54,8 @@ UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $
 #   Q4_K, ...), not the f16/bf16 GGUFs the engine runs;
 # - libllama (loader, vocabulary, graph builders) at -O1, ggml (the arithmetic) at the release -O3 (llama-cpp.cmake):
 #   the compile 196 -> 148 s on 2 cores, generation unchanged; libllama's load-time files in unity batches: its
-#   compile 141 -> 118 CPU-seconds;
+#   compile 141 -> 118 CPU-seconds; those batches (the graph builders of 157 architectures, load-time code) at -O0
+#   and ggml's files for quantized weights and other devices at -O1: the compile 136 -> 124 s on 2 cores (AVX2);
 # - GGML_OPENMP=OFF: llama.cpp then uses its own thread pool, whose threads sleep between calls; OpenMP's worker
 #   threads spin-wait after each parallel region and would fight torch's own threads for the cores during the
 #   trainer's forward/backward;
@@ -86,6 +87,7 @@ LLAMA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/grpo-cli/llama-cpp-python-
 LLAMA_SDIST := $(LLAMA_CACHE)/llama_cpp_python-$(LLAMA_VERSION).tar.gz
 LLAMA_KEY := $(shell { echo '$(LLAMA_OPTIONS)'; cat llama-cpp.cmake; } | cksum | cut -d' ' -f1)
 LLAMA_WHEELS := $(LLAMA_CACHE)/$(LLAMA_ISA)-$(LLAMA_KEY)
+LLAMA_WHEEL := $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 
 # The sdist (downloaded once), then the wheel for this class out of it unless cached: built into a private directory
 # and moved in whole, so a concurrent install never sees half a wheel. --no-cache-dir: not into pip's wheel cache.
@@ -101,10 +103,11 @@ mkdir -p $(LLAMA_CACHE) && { test -f $(LLAMA_SDIST) || { \
 endef
 
 # The engine from the cached wheel (replacing any other build of the same version), the converter out of the sdist,
-# then the engine's stamp.
+# then the engine's stamp. With uv where the install bootstrapped it (1 s against pip's 3 s, after the compile).
+install_either = { if test -x $(UV); then $(UV_PIP_INSTALL) $(1); else $(PY) -m pip install --quiet $(2); fi; }
 define llama_install
-$(PY) -m pip install --quiet --no-deps --force-reinstall $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl && \
-$(PY) -m pip install --quiet -r requirements-llama.txt && \
+$(call install_either,--no-deps --reinstall $(LLAMA_WHEEL),--no-deps --force-reinstall $(LLAMA_WHEEL)) && \
+$(call install_either,-r requirements-llama.txt,-r requirements-llama.txt) && \
 rm -rf $(LLAMA_CONVERT) && mkdir -p $(LLAMA_CONVERT) && \
 tar -xzf $(LLAMA_SDIST) -C $(LLAMA_CONVERT) --strip-components=3 \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
@@ -115,7 +118,6 @@ endef
 
 $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake tools/uv_pip_args.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	rm -f $(VENV)/.llama-wheel.rc $(LLAMA_STAMP) $(BYTECODE_ALL)
 	@if command -v $${CXX:-c++} > /dev/null; then \
 		echo "llama.cpp engine ($(LLAMA_ISA) build): building alongside the installs ($(LLAMA_LOG))"; \
@@ -129,6 +131,9 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-
 	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; }; status=$$?; \
 	if [ $$status = 0 ]; then if [ -f $(VENV)/.llama-wheel.rc ]; then $(compile_all); \
 		else $(PY) tools/compile_run_imports.py > /dev/null 2>&1; fi; fi; wait; exit $$status
+	@# pip upgraded last, not first: the engine's sdist download starts at once with the venv's own pip, and this
+	@# pip must not change under the build (5-6 s earlier to the compile, the long pole)
+	@$(call install_either,--upgrade pip,--upgrade pip)
 	@rc=$$(cat $(VENV)/.llama-wheel.rc); \
 	if [ "$$rc" = 0 ] && { $(llama_install); } >> $(LLAMA_LOG) 2>&1; then :; \
 	elif [ "$$rc" = "no C++ compiler" ]; then \

