@@ -103,8 +103,9 @@ mkdir -p $(LLAMA_CACHE) && { test -f $(LLAMA_SDIST) || { \
 endef
 
 # The engine from the cached wheel (replacing any other build of the same version), the converter out of the sdist,
-# then the engine's stamp. With uv where the install bootstrapped it (1 s against pip's 3 s, after the compile).
-install_either = { if test -x $(UV); then $(UV_PIP_INSTALL) $(1); else $(PY) -m pip install --quiet $(2); fi; }
+# then the engine's stamp. With uv where the install bootstrapped it (1 s against pip's 3 s, after the compile), else
+# with pip.
+install_either = { { test -x $(UV) && $(UV_PIP_INSTALL) $(1); } || $(PY) -m pip install --quiet $(2); }
 define llama_install
 $(call install_either,--no-deps --reinstall $(LLAMA_WHEEL),--no-deps --force-reinstall $(LLAMA_WHEEL)) && \
 $(call install_either,-r requirements-llama.txt,-r requirements-llama.txt) && \
