@@ -772,7 +772,7 @@ def _kill_others():
     _reap()
 
 
-_SIGNALS = {}  # the zygote's signal handlers before it ignored them: each job's child gets them back
+_SIGNALS = []  # the signals the zygote ignores: each job's child gets a fresh Python's handler for each back
 
 
 def ignore_signals():
@@ -786,19 +786,28 @@ def ignore_signals():
         if number in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
             continue
         try:
-            _SIGNALS[number] = signal.signal(number, signal.SIG_IGN)
+            signal.signal(number, signal.SIG_IGN)
+            _SIGNALS.append(number)
         except (OSError, ValueError, RuntimeError):
             pass
 
 
 def restore_signals():
+    """A fresh Python's handlers, whatever the zygote started with: SIGINT raises KeyboardInterrupt, SIGPIPE and
+    SIGXFSZ are ignored (CPython's start-up sets both), every other signal has its default action, none blocked. Not the
+    zygote's own: a trainer started with SIGINT ignored (a background job of a non-interactive shell, `nohup`)
+    would hand that on, and a job's signals would depend on how the run was launched."""
     import signal
 
-    for number, handler in _SIGNALS.items():
+    ignored = {getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)}
+    for number in _SIGNALS:
+        handler = signal.default_int_handler if number == signal.SIGINT else \
+            signal.SIG_IGN if number in ignored else signal.SIG_DFL
         try:
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
-        except (OSError, ValueError, RuntimeError, TypeError):
+            signal.signal(number, handler)
+        except (OSError, ValueError, RuntimeError):
             pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])  # and nothing blocked, whatever the launcher blocked
 
 
 def _reap():
