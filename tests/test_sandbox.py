@@ -553,6 +553,28 @@ def test_a_set_or_dict_of_colliding_keys_is_refused_before_it_is_built(tag):
     assert len(decode(wrap(keys(7)))) == 20000
 
 
+def test_a_job_starts_with_a_fresh_pythons_signals_whatever_the_run_was_launched_with():
+    """A run started with signals ignored or blocked (a background job of a non-interactive shell ignores SIGINT,
+    `nohup` SIGHUP) hands them to the zygote it starts; a job still gets a fresh Python's: SIGINT raises
+    KeyboardInterrupt, SIGPIPE ignored, the rest default, nothing blocked (sandbox_worker.restore_signals)."""
+    import signal
+
+    ignored = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in ignored}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+    try:
+        with sandbox.acquire(sandbox.Limits(timeout=7)) as box:  # a Limits no other test uses: a zygote started now
+            run = box.job("run", 5, "import signal\nprint(signal.getsignal(signal.SIGINT) is signal.default_int_handler,"
+                                    " [signal.getsignal(s) == signal.SIG_DFL for s in (signal.SIGTERM, signal.SIGHUP)],"
+                                    " signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN,"
+                                    " sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])))").finish()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    assert (run.returncode, run.stdout.strip()) == (0, "True [True, True] True []"), run
+
+
 def test_a_job_cannot_kill_the_zygote_with_any_signal_it_can_send():
     """The zygote (pid 1 of its pid namespace) gets the signals it handles, and Python handles SIGINT: a job's
     os.kill(1, SIGINT) ended the sandbox. Every catchable signal now leaves it serving the next job, while the job's
