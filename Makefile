@@ -90,15 +90,22 @@ LLAMA_WHEELS := $(LLAMA_CACHE)/$(LLAMA_ISA)-$(LLAMA_KEY)
 LLAMA_WHEEL := $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 
 # The sdist (downloaded once), then the wheel for this class out of it unless cached: built into a private directory
-# and moved in whole, so a concurrent install never sees half a wheel. --no-cache-dir: not into pip's wheel cache.
-# --no-binary names the package alone: ':all:' would also build the sdist's build requirements (scikit-build-core,
-# hatchling, ...) from source for pip's metadata step, 86 s of a 96 s download.
+# and moved in whole, so a concurrent install never sees half a wheel. Both with uv where the install bootstrapped it,
+# else with pip: tools/fetch_sdist.py takes the sdist's URL and sha256 from `uv pip compile` (1.4 s against `pip
+# download`'s 10.3 s, which builds the package's metadata in a throwaway environment first), and `uv build` sets up
+# the build environment in 4 s where `pip wheel` takes 12 s before the compile starts (AVX2 machine, cold caches).
+# pip's fallbacks: --no-cache-dir: not into pip's wheel cache; --no-binary names the package alone: ':all:' would also
+# build the sdist's build requirements (scikit-build-core, hatchling, ...) from source for pip's metadata step, 86 s
+# of a 96 s download.
 define llama_wheel
-mkdir -p $(LLAMA_CACHE) && { test -f $(LLAMA_SDIST) || { \
+mkdir -p $(LLAMA_CACHE) && { test -f $(LLAMA_SDIST) || $(PY) tools/fetch_sdist.py $(UV) llama-cpp-python==$(LLAMA_VERSION) \
+	$(LLAMA_SDIST) || { \
 	$(PY) -m pip download --quiet --no-binary llama-cpp-python --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(LLAMA_SDIST).d$$$$ && \
 	mv $(LLAMA_SDIST).d$$$$/llama_cpp_python-$(LLAMA_VERSION).tar.gz $(LLAMA_SDIST) && rm -rf $(LLAMA_SDIST).d$$$$; }; } && \
 { test -n "$$(ls $(LLAMA_WHEELS)/*.whl 2> /dev/null)" || { \
-	$(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps --no-cache-dir $(LLAMA_SDIST) -w $(LLAMA_WHEELS).d$$$$ && \
+	{ { test -x $(UV) && $(LLAMA_BUILD_ENV) env $$($(PY) tools/uv_pip_args.py $(UV) build) --quiet --wheel \
+		--python $(PY) -o $(LLAMA_WHEELS).d$$$$ $(LLAMA_SDIST); } || { rm -rf $(LLAMA_WHEELS).d$$$$ && \
+	$(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps --no-cache-dir $(LLAMA_SDIST) -w $(LLAMA_WHEELS).d$$$$; }; } && \
 	mkdir -p $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).d$$$$/*.whl $(LLAMA_WHEELS)/ && rm -rf $(LLAMA_WHEELS).d$$$$; }; }
 endef
 
@@ -117,15 +124,17 @@ tar -xzf $(LLAMA_SDIST) -C $(LLAMA_CONVERT) --strip-components=3 \
 echo $(LLAMA_ISA)-$(LLAMA_KEY) > $(LLAMA_STAMP)
 endef
 
-$(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake tools/uv_pip_args.py
+$(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake tools/uv_pip_args.py \
+	tools/fetch_sdist.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	rm -f $(VENV)/.llama-wheel.rc $(LLAMA_STAMP) $(BYTECODE_ALL)
+	@# uv before the engine's background job: it fetches the engine's sdist and builds its wheel (llama_wheel)
+	$(PY) -m pip install --quiet uv==$(UV_VERSION) || echo "uv could not be installed (above): pip installs instead"
 	@if command -v $${CXX:-c++} > /dev/null; then \
 		echo "llama.cpp engine ($(LLAMA_ISA) build): building alongside the installs ($(LLAMA_LOG))"; \
 		( { $(llama_wheel); } > $(LLAMA_LOG) 2>&1; echo $$? > $(VENV)/.llama-wheel.rc ) & \
 	else echo "no C++ compiler" > $(VENV)/.llama-wheel.rc; fi; \
-	{ $(PY) -m pip install --quiet uv==$(UV_VERSION) && \
-	$(UV_PIP_INSTALL) -r requirements.txt && \
+	{ test -x $(UV) && $(UV_PIP_INSTALL) -r requirements.txt && \
 	$(UV_PIP_INSTALL) --no-deps -r requirements-nodeps.txt; } || { \
 	echo "uv could not install the pinned set (above): installing it with pip"; \
 	$(PY) -m pip install --quiet -r requirements.txt && \

@@ -1,6 +1,7 @@
 """pip's configuration, said to uv: the Makefile installs with `uv pip install`, which does not read pip's config.
 
     python tools/uv_pip_args.py .venv/bin/uv pip install   # prints: [VAR=value ...] .venv/bin/uv pip install [options]
+    python tools/uv_pip_args.py .venv/bin/uv build         # the same for building a wheel (the llama.cpp engine)
 
 The Makefile runs the printed words with `env` in front. pip's own view of its configuration (`pip config list`:
 pip.conf files, PIP_CONFIG_FILE, PIP_* variables; a variable overrides an [install] section, which overrides [global])
@@ -63,6 +64,8 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     env, args = uv_words(pip_config())
+    if argv[1] == "build":  # `uv build` takes pip's constraints for the build environment under this name
+        args = ["--build-constraint" if word == "--constraint" else word for word in args]
     print(" ".join([*env, *argv, *args]))
     return 0
 
