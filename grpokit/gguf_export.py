@@ -18,6 +18,7 @@ LoRA: written in-process with `gguf.GGUFWriter` (~40 ms), tensor names and q/k r
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import json
@@ -154,6 +155,72 @@ def check_model_dir(model_dir: str | Path) -> Path:
     return model_dir
 
 
+# The converter's interpreter started ahead of an export (warm_converter): it imports what the converter imports (torch,
+# transformers, its own gguf-py, ahead of the installed gguf as `python convert_hf_to_gguf.py` has it), then runs the
+# script with the argv it reads from stdin; end of input (the run needed no export, or ended): it exits.
+_WARM_CONVERTER = """
+import json, os, runpy, sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]  # -c put the working directory first; a script run puts the script's directory there instead
+converter = sys.argv[1]
+sys.path.insert(0, converter)
+if "NO_LOCAL_GGUF" not in os.environ:
+    sys.path.insert(1, os.path.join(converter, "gguf-py"))
+import torch, transformers, gguf, conversion
+from transformers import AutoConfig, AutoTokenizer
+line = sys.stdin.readline()
+if not line:
+    sys.exit(0)
+sys.argv = json.loads(line)
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+_warm: dict[str, subprocess.Popen] = {}  # converter directory -> its waiting interpreter (one at a time)
+
+
+def warm_converter(model_dir: str | Path) -> bool:
+    """Start llama.cpp's converter's interpreter now where the model in `model_dir` has no GGUF export cached yet (any
+    dtype or rounding): the export that follows (`_convert`) then finds torch and transformers imported, 6 of the
+    embedded model's 10 s export on 2 AVX2 cores, done on the core the model's loading leaves idle. True if one is
+    waiting. Nothing where the model cannot be exported or the converter is missing (the export says why, if it is
+    asked for); a process the run never uses is stopped at exit."""
+    from grpokit.model_loader import cache_dir
+
+    try:
+        model_dir, converter = check_model_dir(model_dir), converter_dir()
+    except UsageError:
+        return False
+    if any((cache_dir() / "gguf").glob(f"{model_dir.name}-{model_identity(model_dir)}*.gguf")):
+        return False
+    proc = _warm.get(str(converter))
+    if proc is None or proc.poll() is not None:
+        if not _warm:
+            atexit.register(_stop_warm)
+        _warm[str(converter)] = subprocess.Popen([sys.executable, "-c", _WARM_CONVERTER, str(converter)],
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True)
+    return True
+
+
+def _stop_warm() -> None:
+    for proc in _warm.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    _warm.clear()
+
+
+def _run_converter(converter: Path, argv: list[str]) -> tuple[int, str]:
+    """(exit code, stderr) of `python convert_hf_to_gguf.py *argv`: in the warm interpreter where one waits, else in a
+    fresh one."""
+    proc = _warm.pop(str(converter), None)
+    if proc is not None and proc.poll() is None:
+        _, stderr = proc.communicate(json.dumps([str(converter / "convert_hf_to_gguf.py"), *argv]) + "\n")
+        return proc.returncode, stderr
+    done = subprocess.run([sys.executable, str(converter / "convert_hf_to_gguf.py"), *argv], capture_output=True,
+                          text=True)
+    return done.returncode, done.stderr
+
+
 def _convert(model_dir: Path, target: Path, dtype: str) -> Path:
     """llama.cpp's converter on `model_dir` (16-bit tensors of `dtype`), written atomically to `target`."""
     converter = converter_dir()
@@ -164,12 +231,9 @@ def _convert(model_dir: Path, target: Path, dtype: str) -> Path:
     fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".export-", suffix=".gguf")
     os.close(fd)
     try:
-        proc = subprocess.run(
-            [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outtype", dtype,
-             "--outfile", partial],
-            capture_output=True, text=True)
-        if proc.returncode:
-            last = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
+        returncode, stderr = _run_converter(converter, [str(model_dir), "--outtype", dtype, "--outfile", partial])
+        if returncode:
+            last = (stderr.strip().splitlines() or ["?"])[-1][:300]
             raise UsageError(f"llama_cpp engine: exporting {model_dir} to GGUF failed ({last}); use "
                              "--set generation_engine=transformers.")
         os.replace(partial, target)  # atomic: an interrupted export never leaves a half file under the final name

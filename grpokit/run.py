@@ -323,6 +323,13 @@ class GRPOTrainer:
         log.info("Model loaded in %.1f s (%s, %s)", time.perf_counter() - started, self.backend, device)  # 80 columns
         return self.model, self.tokenizer
 
+    def _warm_engine_export(self) -> None:
+        """[engines] The GGUF converter started beside the model's load where the engine will export it first."""
+        from grpokit.load_plan import detect_machine
+        from grpokit.trl_engine_adapter import warm_engine_export
+
+        warm_engine_export(self.config, detect_machine().cuda)
+
     def _zero3_trainer_args(self):
         """TRL's args before the model loads, kept alive on the run: under `accelerate launch` with DeepSpeed they
         register ZeRO-3 with transformers (transformers/training_args.py, DeepSpeedPlugin().set_deepspeed_weakref();
@@ -344,6 +351,8 @@ class GRPOTrainer:
 
         config = self.config
         self.check_run()
+        if self.model is None:
+            self._warm_engine_export()
         if dataset is not None or self.train_dataset is None:
             self.load_data(dataset)
         if self.reward_set is None:
@@ -672,6 +681,7 @@ class GRPOTrainer:
         # The adapter's own shape, whatever the config says, so its weights fit.
         config.lora_r, config.lora_alpha = adapter_config["r"], adapter_config["lora_alpha"]
         config.lora_target_modules = sorted(adapter_config["target_modules"])
+        self._warm_engine_export()
         self.load_model()
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file

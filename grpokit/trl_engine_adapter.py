@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 
 from config.errors import UsageError
-from grpokit.engines import EngineSetup, SamplingParams, choose_engine
+from grpokit.engines import EngineSetup, SamplingParams, choose_engine, llama_cpp_available
 
 log = logging.getLogger("grpo")
 
@@ -223,6 +223,24 @@ def resolve_engine(config, backend: str, cuda: bool) -> tuple[str, str]:
     if name == "vllm":
         _use_vllm(config, backend)
     return name, reason
+
+
+def warm_engine_export(config, cuda: bool) -> bool:
+    """[engines] Before the model loads: where the CPU engine ('auto' or 'llama_cpp') will export this model to GGUF
+    for the first time here, start llama.cpp's converter now (gguf_export.warm_converter), so its imports run beside
+    the model's load instead of after it. A guess made before the engine is chosen ('auto' may still pick
+    transformers): a converter the run never uses is stopped at exit, one core's few seconds spent. True if one waits."""
+    from grpokit.model_loader import model_path
+
+    if cuda or config.generation_engine not in ("auto", "llama_cpp") or config.use_vllm or config.fast_inference \
+            or not llama_cpp_available():
+        return False
+    model_dir = local_model_dir(model_path(config.model_name, config.load_in_4bit))
+    if model_dir is None:
+        return False
+    from grpokit.gguf_export import warm_converter
+
+    return warm_converter(model_dir)
 
 
 def importable_engine(name: str, reason: str) -> tuple[str, str]:

@@ -569,6 +569,41 @@ def test_export_and_lora_push_for_other_architectures(tmp_path, monkeypatch, arc
         engine.close()
 
 
+def test_a_converter_started_ahead_writes_the_same_gguf_and_one_left_unused_is_stopped(tmp_path, monkeypatch):
+    """gguf_export.warm_converter: the converter's interpreter started before the export (its imports beside the
+    model's load) writes the GGUF byte for byte as a fresh `python convert_hf_to_gguf.py` does; none is started for a
+    model with an export cached; one the run never uses exits at the end of its input and is stopped at exit."""
+    pytest.importorskip("llama_cpp")
+    from grpokit import gguf_export
+
+    model_dir, _ = _tiny_model_dir(tmp_path, "LlamaForCausalLM")  # borrows the tokenizer from the shared cache
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # then a private one for the exports
+    cold = gguf_export._convert(model_dir, tmp_path / "cold.gguf", "f16")  # nothing waiting: a fresh interpreter
+    assert gguf_export.warm_converter(model_dir)  # no export of it in the cache yet
+    waiting = gguf_export._warm[str(gguf_export.converter_dir())]
+    warm = gguf_export._convert(model_dir, tmp_path / "warm.gguf", "f16")
+    assert waiting.returncode == 0 and not gguf_export._warm  # the job went to the waiting interpreter
+    assert warm.read_bytes() == cold.read_bytes()
+
+    cached = tmp_path / "cache" / "gguf" / f"{model_dir.name}-{gguf_export.model_identity(model_dir)}.f16.gguf"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(cold.read_bytes())  # where base_gguf keeps it: nothing to start
+    assert gguf_export.base_gguf(model_dir, tmp_path / "cache", "f16") == cached
+    assert not gguf_export.warm_converter(model_dir) and not gguf_export._warm
+    other = tmp_path / "other"
+    other.mkdir()
+    for item in model_dir.iterdir():
+        (other / item.name).write_bytes(item.read_bytes())
+    assert gguf_export.warm_converter(other)
+    unused = gguf_export._warm[str(gguf_export.converter_dir())]
+    unused.communicate("")  # its input ends (the run exited): it exits, cleanly
+    assert unused.returncode == 0
+    assert gguf_export.warm_converter(other)  # a fresh one in its place
+    unused = gguf_export._warm[str(gguf_export.converter_dir())]
+    gguf_export._stop_warm()  # what runs at exit
+    assert unused.poll() is not None and not gguf_export._warm
+
+
 def test_an_unsupported_architecture_is_named(tmp_path):
     from grpokit.gguf_export import check_model_dir
 
