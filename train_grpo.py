@@ -217,6 +217,8 @@ def run(preset, config_file, flags, overrides, dry_run, score_completions, resum
         return
 
     trainer = GRPOTrainer(config, verbose=verbose)
+    if not dry_run:
+        trainer.warm_engine()  # a first GGUF export's converter starts importing now, beside the checks and the load
     trainer.check_run()  # the checks train() makes too, before anything loads: --dry-run reports them as well
     out = Path(config.output_dir).expanduser()
     if eval_only and not resume_from_checkpoint:

@@ -12,6 +12,8 @@ NF4 weights instead (`dequantized_gguf`), the weights the trainer actually score
 sampler/trainer mismatch was 0.57-0.71 nats per token, from the dequantised ones 0.01-0.025. Exports are cached under
 the grpo-cli cache, keyed by the model's identity (its config, its weight files' names, sizes, mtimes and safetensors
 headers), the converter version and, for 4-bit, the quantisation settings, so a changed model is exported again.
+Where a run will export (nothing cached for its model), the converter's interpreter is started at the run's start
+(`warm_converter`) and imports beside the run's checks and the model's load, then takes the job when it comes.
 
 LoRA: written in-process with `gguf.GGUFWriter` (~40 ms), tensor names and q/k row order as llama.cpp expects.
 """
@@ -177,19 +179,22 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 _warm: dict[str, subprocess.Popen] = {}  # converter directory -> its waiting interpreter (one at a time)
 
 
-def warm_converter(model_dir: str | Path) -> bool:
+def warm_converter(model_dir: str | Path, being_made: bool = False) -> bool:
     """Start llama.cpp's converter's interpreter now where the model in `model_dir` has no GGUF export cached yet (any
-    dtype or rounding): the export that follows (`_convert`) then finds torch and transformers imported, 6 of the
-    embedded model's 10 s export on 2 AVX2 cores, done on the core the model's loading leaves idle. True if one is
-    waiting. Nothing where the model cannot be exported or the converter is missing (the export says why, if it is
-    asked for); a process the run never uses is stopped at exit."""
+    dtype or rounding), or is `being_made` (the embedded model before its first conversion): the export that follows
+    (`_convert`) then finds torch, transformers and the converter's modules imported, 6 of the embedded model's 10 s
+    export on 2 AVX2 cores, done on the core the run's single-threaded start leaves idle. True if one is waiting.
+    Nothing where the model cannot be exported or the converter is missing (the export says why, if it is asked for);
+    a process the run never uses is stopped at exit."""
     from grpokit.model_loader import cache_dir
 
     try:
-        model_dir, converter = check_model_dir(model_dir), converter_dir()
+        converter = converter_dir()
+        if not being_made:
+            model_dir = check_model_dir(model_dir)
+            if any((cache_dir() / "gguf").glob(f"{model_dir.name}-{model_identity(model_dir)}*.gguf")):
+                return False
     except UsageError:
-        return False
-    if any((cache_dir() / "gguf").glob(f"{model_dir.name}-{model_identity(model_dir)}*.gguf")):
         return False
     proc = _warm.get(str(converter))
     if proc is None or proc.poll() is not None:

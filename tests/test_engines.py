@@ -590,15 +590,13 @@ def test_a_converter_started_ahead_writes_the_same_gguf_and_one_left_unused_is_s
     cached.write_bytes(cold.read_bytes())  # where base_gguf keeps it: nothing to start
     assert gguf_export.base_gguf(model_dir, tmp_path / "cache", "f16") == cached
     assert not gguf_export.warm_converter(model_dir) and not gguf_export._warm
-    other = tmp_path / "other"
-    other.mkdir()
-    for item in model_dir.iterdir():
-        (other / item.name).write_bytes(item.read_bytes())
-    assert gguf_export.warm_converter(other)
+    assert not gguf_export.warm_converter(tmp_path / "not-a-model")  # nothing the engine could export
+    # a model about to be made (the embedded model before its first conversion): started before it exists
+    assert gguf_export.warm_converter(tmp_path / "being-made", being_made=True)
     unused = gguf_export._warm[str(gguf_export.converter_dir())]
     unused.communicate("")  # its input ends (the run exited): it exits, cleanly
     assert unused.returncode == 0
-    assert gguf_export.warm_converter(other)  # a fresh one in its place
+    assert gguf_export.warm_converter(tmp_path / "being-made", being_made=True)  # a fresh one in its place
     unused = gguf_export._warm[str(gguf_export.converter_dir())]
     gguf_export._stop_warm()  # what runs at exit
     assert unused.poll() is not None and not gguf_export._warm
