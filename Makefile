@@ -141,8 +141,8 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-
 	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; }; status=$$?; \
 	if [ $$status = 0 ]; then if [ -f $(VENV)/.llama-wheel.rc ]; then $(compile_all); \
 		else $(PY) tools/compile_run_imports.py > /dev/null 2>&1; fi; fi; wait; exit $$status
-	@# pip upgraded last, not first: the engine's sdist download starts at once with the venv's own pip, and this
-	@# pip must not change under the build (on B the sdist in at 19 s instead of 22 s: the compile, the long pole, starts sooner)
+	@# pip upgraded last, not first: where uv is missing the engine's sdist and wheel come from the venv's own pip,
+	@# which must not change under the build
 	@$(call install_either,--upgrade pip,--upgrade pip)
 	@rc=$$(cat $(VENV)/.llama-wheel.rc); \
 	if [ "$$rc" = 0 ] && { $(llama_install); } >> $(LLAMA_LOG) 2>&1; then :; \
