@@ -194,15 +194,15 @@ def warm_converter(model_dir: str | Path, being_made: bool = False) -> bool:
             model_dir = check_model_dir(model_dir)
             if any((cache_dir() / "gguf").glob(f"{model_dir.name}-{model_identity(model_dir)}*.gguf")):
                 return False
-    except UsageError:
+        proc = _warm.get(str(converter))
+        if proc is None or proc.poll() is not None:
+            if not _warm:
+                atexit.register(_stop_warm)
+            _warm[str(converter)] = subprocess.Popen([sys.executable, "-c", _WARM_CONVERTER, str(converter)],
+                                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                     stderr=subprocess.PIPE, text=True)
+    except (UsageError, OSError):  # a head start only: the export itself says what is wrong, if it is asked for
         return False
-    proc = _warm.get(str(converter))
-    if proc is None or proc.poll() is not None:
-        if not _warm:
-            atexit.register(_stop_warm)
-        _warm[str(converter)] = subprocess.Popen([sys.executable, "-c", _WARM_CONVERTER, str(converter)],
-                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                 stderr=subprocess.PIPE, text=True)
     return True
 
 

@@ -296,6 +296,7 @@ class GRPOTrainer:
         from grpokit.model_loader import choose_backend, import_backend, load_model
 
         started = time.perf_counter()
+        self.warm_engine()
         self.backend = import_backend(choose_backend(self.config.backend))  # Unsloth before trl / transformers
         import torch
 
@@ -327,12 +328,13 @@ class GRPOTrainer:
         """[engines] Start in the background what the generation engine's first use here will need: llama.cpp's GGUF
         converter where the CPU engine will export this model for the first time (trl_engine_adapter.
         warm_engine_export), so that its imports run beside the checks, the embedded model's first conversion and the
-        model's load. The CLI calls it before its checks (not for --dry-run); train() and evaluate_adapter() call it
-        too (once is enough). True if a converter waits."""
+        model's load. The CLI calls it before its checks (not for --dry-run); load_model(), train() and
+        evaluate_adapter() call it too (a converter already waiting, or an export already cached: nothing more).
+        True if a converter waits."""
         from grpokit.load_plan import detect_machine
         from grpokit.trl_engine_adapter import warm_engine_export
 
-        return self.model is None and warm_engine_export(self.config, detect_machine().cuda)
+        return warm_engine_export(self.config, detect_machine().cuda)
 
     def _zero3_trainer_args(self):
         """TRL's args before the model loads, kept alive on the run: under `accelerate launch` with DeepSpeed they
