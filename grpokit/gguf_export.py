@@ -301,7 +301,9 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
             tensor = dequantize_4bit(param.data, param.quant_state) if name in quantized else param.data
             weights[name.replace(".base_layer.", ".")] = tensor.detach().float().contiguous().cpu()
     cache.mkdir(parents=True, exist_ok=True)  # a fresh cache: nothing else may have created it yet
-    scratch = Path(tempfile.mkdtemp(dir=cache, prefix=".dequantised-"))
+    # named as the model: the converter takes the GGUF's name from the directory's (the same file from every run)
+    scratch = Path(tempfile.mkdtemp(dir=cache, prefix=".dequantised-")) / model_dir.name
+    scratch.mkdir()
     try:
         for extra in model_dir.iterdir():  # config, tokenizer, chat template: everything but the weights
             if extra.is_file() and extra.suffix != ".safetensors" and not extra.name.endswith(".index.json"):
@@ -318,6 +320,7 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
         for leftover in scratch.iterdir():
             leftover.unlink()
         scratch.rmdir()
+        scratch.parent.rmdir()
 
 
 def dequantized_path(model_dir: Path, cache: Path, settings: str, dtype: str) -> Path:

@@ -1057,7 +1057,13 @@ def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tm
                                                                           first)) == 14  # no file yet: rounded
     dtype = gguf_export.engine_dtype(first)
     assert dtype == ("bf16" if compute == "bfloat16" else "f16")
-    gguf_export.dequantized_gguf(first, model_dir, tmp_path / "cache", dtype)  # what the engine writes at its start
+    written = gguf_export.dequantized_gguf(first, model_dir, tmp_path / "cache", dtype)  # the engine, at its start
+    import gguf
+
+    # named as the model, not as the temporary directory it was converted from: the same file from every run
+    assert bytes(gguf.GGUFReader(written).fields["general.name"].parts[-1]).decode().lower().replace(" ", "-") == \
+        model_dir.name.lower()
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["gguf"]  # the scratch copy is gone
     later = load()
     found = gguf_export.cached_nf4_weights(model_dir, later, nf4_rounding(first))
     assert len(found) == 14  # 2 layers x 7 projections, q / k among them
