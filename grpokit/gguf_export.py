@@ -282,7 +282,9 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
     dequantised, it is 16-bit rounding (none in bf16, where the trainer computes in bf16). NF4 quantisation is
     deterministic, so the export is cached by the model's identity plus the quantisation settings; both kinds of model
     give the same file (the same NF4 round trip of the same checkpoint values in the same compute dtype, then `dtype`).
-    The temporary fp32 copy (2x the model on disk) is removed after."""
+    The temporary copy the converter reads holds the matrices in `dtype` already (the model's size on disk, not
+    float32's twice that; the converter rounds float32 to 16 bits to the nearest even as torch does, so the file is
+    the same byte for byte) and the vectors (norms) in float32, which the converter keeps; it is removed after."""
     import torch
     from bitsandbytes.functional import dequantize_4bit
     from safetensors.torch import save_file
@@ -293,13 +295,15 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
     if target.exists():
         return target
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    sixteen_bits = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     weights = {}
     with torch.no_grad():
         for name, param in base.named_parameters():
             if "lora_" in name:
                 continue
             tensor = dequantize_4bit(param.data, param.quant_state) if name in quantized else param.data
-            weights[name.replace(".base_layer.", ".")] = tensor.detach().float().contiguous().cpu()
+            tensor = tensor.detach().to(sixteen_bits if tensor.dim() > 1 else torch.float32)
+            weights[name.replace(".base_layer.", ".")] = tensor.contiguous().cpu()
     cache.mkdir(parents=True, exist_ok=True)  # a fresh cache: nothing else may have created it yet
     # named as the model: the converter takes the GGUF's name from the directory's (the same file from every run)
     scratch = Path(tempfile.mkdtemp(dir=cache, prefix=".dequantised-")) / model_dir.name
