@@ -98,6 +98,7 @@ class GRPOTrainer:
         self.notices: list[str] = []  # settings the run adjusted, said once in the log and in the summary
         self.sft_columns: tuple[str, ...] = ()  # where sft_loss_weight reads each row's reference (build_rewards)
         self.load_plan = None  # grpokit.load_plan.LoadPlan: checked by check_run, followed by load_model
+        self._engine_warmed: bool | None = None  # warm_engine's answer, once asked (the CLI, train, load_model ask)
         self.objective = None  # grpokit.objective: the loss settings the built trainer trains with
         self.agent = None  # grpokit.agents.AgentPlan: the tools and environments (check_run)
         self._trainer_args_first = None  # ZeRO-3: TRL's args built before the model (kept alive, see load_model)
@@ -329,12 +330,14 @@ class GRPOTrainer:
         converter where the CPU engine will export this model for the first time (trl_engine_adapter.
         warm_engine_export), so that its imports run beside the checks, the embedded model's first conversion and the
         model's load. The CLI calls it before its checks (not for --dry-run); load_model(), train() and
-        evaluate_adapter() call it too (a converter already waiting, or an export already cached: nothing more).
-        True if a converter waits."""
+        evaluate_adapter() call it too (the first call decides).
+        True if a converter was started for this run (asked again, the first answer: no second look at the model)."""
         from grpokit.load_plan import detect_machine
         from grpokit.trl_engine_adapter import warm_engine_export
 
-        return warm_engine_export(self.config, detect_machine().cuda)
+        if self._engine_warmed is None:
+            self._engine_warmed = warm_engine_export(self.config, detect_machine().cuda)
+        return self._engine_warmed
 
     def _zero3_trainer_args(self):
         """TRL's args before the model loads, kept alive on the run: under `accelerate launch` with DeepSpeed they

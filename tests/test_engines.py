@@ -602,6 +602,29 @@ def test_a_converter_started_ahead_writes_the_same_gguf_and_one_left_unused_is_s
     assert unused.poll() is not None and not gguf_export._warm
 
 
+def test_the_run_starts_the_converter_only_where_an_export_is_coming(tmp_path, monkeypatch):
+    """GRPOTrainer.warm_engine (the CLI's first step, and load_model/train's): the embedded model before its first
+    conversion gets a converter waiting, once however often it is asked; a run generating with transformers gets none."""
+    pytest.importorskip("llama_cpp")
+    from grpo_trainer import GRPOConfig, GRPOTrainer
+    from grpokit import gguf_export
+
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # nothing converted or exported here yet
+    gguf_export._stop_warm()
+    try:
+        trainer = GRPOTrainer(GRPOConfig(model_name="smollm2-135m", output_dir=str(tmp_path / "out")))
+        assert trainer.warm_engine() and len(gguf_export._warm) == 1
+        waiting = next(iter(gguf_export._warm.values()))
+        assert trainer.warm_engine() and list(gguf_export._warm.values()) == [waiting]  # asked again: the same one
+        assert waiting.poll() is None
+        gguf_export._stop_warm()
+        other = GRPOTrainer(GRPOConfig(model_name="smollm2-135m", output_dir=str(tmp_path / "out2"),
+                                       generation_engine="transformers"))
+        assert not other.warm_engine() and not gguf_export._warm
+    finally:
+        gguf_export._stop_warm()
+
+
 def test_an_unsupported_architecture_is_named(tmp_path):
     from grpokit.gguf_export import check_model_dir
 

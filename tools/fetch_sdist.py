@@ -12,6 +12,7 @@ Exit 1 with one line on any failure (no uv, an index uv cannot read, a hash mism
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,7 @@ def locate(uv: str, requirement: str) -> dict:
     """The sdist entry uv resolves `requirement` to: {"url" or "path", "size", "hashes": {"sha256": ...}}."""
     env_words, args = uv_words(pip_config())
     env = dict(os.environ, **dict(word.split("=", 1) for word in env_words))
-    name = requirement.split("=")[0].split("<")[0].split(">")[0].strip()
+    name = re.split(r"[=<>!~\[;@ ]", requirement, maxsplit=1)[0]
     out = subprocess.run([uv, "pip", "compile", "-", "--no-deps", "--no-binary", name, "--format", "pylock.toml",
                           "--python", sys.executable, "--quiet", *args],
                          input=requirement, capture_output=True, text=True, env=env)
