@@ -10,8 +10,9 @@ is a few MB.
 
 One copy of the weights, not two: where the trainer keeps its frozen projections in 16 bits (Unsloth's bf16-stored
 Linear, which upcasts them per matmul, see model_loader.frozen_weights_in_bf16; or, on a CPU with bf16 units, plain
-bf16 ones), `share_weights` points them at the 16-bit tensors in llama.cpp's own read-only mapping of the GGUF (bf16
-where the trainer computes in bf16: read as they are, no cast per matmul; f16 where it computes in float32), after
+bf16 ones), `share_weights` points them at the tensors in llama.cpp's own read-only mapping of the GGUF (bf16 where
+the trainer computes in bf16, f32 where it computes in float32: read as they are, no cast per matmul; f16 where
+float32 would not fit in memory, upcast per matmul), after
 checking each one holds the same values (Llama's q/k in the GGUF's row order, their outputs reordered
 back by a forward hook); the trainer's mmapped checkpoint is then released. `unshare_weights` (before a merge, and
 before the engine frees its model) gives the trainer its own copies back: nothing may write into a read-only mapping.
@@ -35,7 +36,7 @@ import numpy as np
 
 from config.errors import UsageError
 from grpokit.engines import SamplingParams
-from grpokit.gguf_export import GGML_TYPE_BF16, GGML_TYPE_F16, gguf_tensor_table
+from grpokit.gguf_export import ggml_float_types, gguf_tensor_table
 from grpokit.sampling import sample_rows, sequence_rngs
 
 log = logging.getLogger("grpo")
@@ -212,17 +213,17 @@ class LlamaCppEngine:
         self._idle_pages = _whole_pages(self._tensors.values())
 
     def share_weights(self, model) -> int:
-        """Make the trainer's frozen 16-bit projections views of the engine's 16-bit tensors; returns how many.
+        """Make the trainer's frozen 16-bit projections views of the engine's float tensors; returns how many.
 
-        Frozen projections with a 16-bit weight qualify: Unsloth's bf16-stored Linear (a CPU without bf16 units: it
-        upcasts its weight per matmul, whatever its 16-bit dtype: bf16 as loaded, or f16 where a 4-bit run rounded it
-        through NF4; the GGUF is f16 there), and plain Linear ones (a CPU with bf16 units, where the model computes in
-        bf16 and the GGUF is bf16: the view is used as it is; a view of another dtype makes them bf16-stored Linear,
-        casting it to the input's dtype per matmul); each candidate must hold the same values (f16 keeps every bf16
-        value down to 2^-24; NF4-rounded weights are exported from their stored values). Where llama.cpp's
-        converter reordered the rows (Llama's q/k: HF's rotary layout -> GGML's), the view is taken in GGUF order and
-        a forward hook puts the projection's outputs back in HF order (an index_select on the activations). Unshared
-        ones become the trainer's own copies so that the checkpoint's mapping can go."""
+        Frozen projections with a 16-bit weight qualify: Unsloth's bf16-stored Linear (a CPU without bf16 units: bf16 as
+        loaded, or f16 where a 4-bit run rounded it through NF4; the GGUF is f32 there, the view is float32 and the
+        matmul reads it as it is, or f16 where float32 would not fit, which it upcasts per matmul), and plain Linear
+        ones (a CPU with bf16 units, where the model computes in bf16 and the GGUF is bf16: the view is used as it is; a
+        view of another dtype makes them bf16-stored Linear, casting it to the input's dtype per matmul); each candidate
+        must hold the same values (f16 keeps every bf16 value down to 2^-24; NF4-rounded weights are exported from their
+        stored values). Where llama.cpp's converter reordered the rows (Llama's q/k: HF's rotary layout -> GGML's), the
+        view is taken in GGUF order and a forward hook puts the projection's outputs back in HF order (an index_select
+        on the activations). Unshared ones become the trainer's own copies so that the checkpoint's mapping can go."""
         import torch
 
         try:
@@ -254,8 +255,8 @@ class LlamaCppEngine:
                 heads = self.n_head if match.group(2) == "q_proj" else self.n_kv_head
                 rows = permute_rows(torch.arange(weight.shape[0]), heads)  # GGUF row i holds HF row rows[i]
             address, size, kind = self._tensors.get(tensor, (0, 0, -1))
-            stored = {GGML_TYPE_F16: torch.float16, GGML_TYPE_BF16: torch.bfloat16}.get(kind)
-            if stored is not None and size == weight.numel() * 2:
+            stored = ggml_float_types().get(kind)
+            if stored is not None and size == weight.numel() * stored.itemsize:
                 raw = (ctypes.c_uint8 * size).from_address(address)
                 view = torch.frombuffer(raw, dtype=stored).view(weight.shape)
                 # every 8th row: a row order or a tensor that differs shows in any of them, at 1/8 of the time of

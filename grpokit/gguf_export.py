@@ -1,9 +1,9 @@
-"""GGUF files for the llama_cpp engine: the base model once (16-bit, cached), the LoRA adapter at every push.
+"""GGUF files for the llama_cpp engine: the base model once (float, cached), the LoRA adapter at every push.
 
-16 bits of which kind (`engine_dtype`): the one the trainer computes in. bf16 where it computes in bf16 (a CPU with
-bf16 units): the trainer then reads the engine's tensors as they are, with no cast per matmul; f16 where it computes
-in float32 (f16 keeps 3 more bits of a float32 weight or activation than bf16 does, and bf16 checkpoint values
-exactly).
+Floats of which kind (`engine_dtype`): the one the trainer computes in, so that it reads the engine's tensors as they
+are, with no cast per matmul: bf16 where it computes in bf16 (a CPU with bf16 units), f32 where it computes in float32
+(llama.cpp also samples faster from f32 there than from f16); f16 where float32 would not fit in an eighth of the
+machine's memory (f16 keeps 3 more bits of a float32 weight than bf16 does, and bf16 checkpoint values exactly).
 
 Base model: llama.cpp's own converter (`convert_hf_to_gguf.py` + its `conversion/` and `gguf-py/`, which ship only in
 the llama-cpp-python sdist; `make llama-cpp` puts them in .venv/share/llama-cpp-convert). It reads the model's
@@ -58,7 +58,14 @@ LORA_TENSOR_NAMES = {
 # A projection module inside block N (a PEFT LoRA layer, or its `.base_layer`): (N, projection name).
 PROJECTION_MODULE = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)(?:\.base_layer)?$")
 
-GGML_TYPE_F16, GGML_TYPE_BF16 = 1, 30  # ggml.h's enum ggml_type
+GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 = 0, 1, 30  # ggml.h's enum ggml_type
+
+
+def ggml_float_types() -> dict:
+    """{ggml type: torch dtype} of the GGUF's plain float tensors, the ones the trainer can read as they are."""
+    import torch
+
+    return {GGML_TYPE_F32: torch.float32, GGML_TYPE_F16: torch.float16, GGML_TYPE_BF16: torch.bfloat16}
 
 
 class _GGUFInitParams(ctypes.Structure):
@@ -127,15 +134,40 @@ def model_identity(model_dir: str | Path) -> str:
 
 
 def engine_dtype(model) -> str:
-    """The GGUF's 16-bit type for a trainer `model` (None: no trainer): "bf16" where it computes in bf16, else "f16"."""
+    """The GGUF's float type for a trainer `model` (None: no trainer): the one it computes in, which the trainer then
+    reads from the engine's mapping with no cast per matmul. "bf16" where it computes in bf16 (a CPU with bf16 units);
+    "f32" where it computes in float32 and its projections fit in float32 in an eighth of the machine's memory (on
+    AVX2, llama.cpp decodes 8 sequences ~20 % faster from f32 than from f16, whose every weight it converts first,
+    and prefills ~40 % faster; BENCHMARKS.md "The engine's weights in float32"); "f16" otherwise (half the bytes: f16
+    keeps 3 more bits of a float32 weight than bf16 does, and bf16 checkpoint values exactly)."""
     import torch
 
     computes_in = model.get_input_embeddings().weight.dtype if model is not None else None
-    return "bf16" if computes_in == torch.bfloat16 else "f16"
+    if computes_in == torch.bfloat16:
+        return "bf16"
+    if computes_in == torch.float32 and projection_numel(model) * 4 <= physical_memory() / 8:
+        return "f32"
+    return "f16"
+
+
+def projection_numel(model) -> int:
+    """Weights in the model's attention / MLP projections (what the engine's GGUF and the trainer share)."""
+    import torch
+
+    return sum(module.weight.numel() for name, module in model.named_modules()
+               if isinstance(module, torch.nn.Linear) and PROJECTION_MODULE.search(name))
+
+
+def physical_memory() -> int:
+    """Bytes of memory on this machine (0 where unknown)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def base_gguf(model_dir: str | Path, cache: Path, dtype: str = "f16") -> Path:
-    """The GGUF (`dtype`: f16 or bf16) of the model in `model_dir`, exported on first use (embedded SmolLM2: ~15-50 s)
+    """The GGUF (`dtype`: f32, f16 or bf16) of the model in `model_dir`, exported on first use (embedded SmolLM2: ~15-50 s)
     and cached."""
     model_dir = check_model_dir(model_dir)
     target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}.{dtype}.gguf"
@@ -274,7 +306,7 @@ def quantized_weights(model) -> dict:
 
 
 def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f16") -> Path:
-    """The GGUF (`dtype`: f16 or bf16) of the weights a 4-bit trainer computes with: every NF4 layer dequantised (to
+    """The GGUF (`dtype`: f32, f16 or bf16) of the weights a 4-bit trainer computes with: every NF4 layer dequantised (to
     its compute dtype, then `dtype`), or, for a model whose 16-bit weights were rounded through NF4
     (model_loader.round_through_nf4), those weights.
 
@@ -282,8 +314,8 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
     dequantised, it is 16-bit rounding (none in bf16, where the trainer computes in bf16). NF4 quantisation is
     deterministic, so the export is cached by the model's identity plus the quantisation settings; both kinds of model
     give the same file (the same NF4 round trip of the same checkpoint values in the same compute dtype, then `dtype`).
-    The temporary copy the converter reads holds the matrices in `dtype` already (the model's size on disk, not
-    float32's twice that; the converter rounds float32 to 16 bits to the nearest even as torch does, so the file is
+    The temporary copy the converter reads holds the matrices in `dtype` already (for 16 bits the model's size on
+    disk, not float32's twice that; the converter rounds float32 to 16 bits to the nearest even as torch does, so the file is
     the same byte for byte) and the vectors (norms) in float32, which the converter keeps; it is removed after."""
     import torch
     from bitsandbytes.functional import dequantize_4bit
@@ -295,14 +327,17 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
     if target.exists():
         return target
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    sixteen_bits = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    sixteen_bits = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     weights = {}
     with torch.no_grad():
         for name, param in base.named_parameters():
             if "lora_" in name:
                 continue
             tensor = dequantize_4bit(param.data, param.quant_state) if name in quantized else param.data
-            tensor = tensor.detach().to(sixteen_bits if tensor.dim() > 1 else torch.float32)
+            # an f32 file of 16-bit values (the NF4 rounding a float32 trainer stores in f16): the scratch copy keeps
+            # them in 16 bits, which the converter widens exactly (half the scratch's bytes)
+            keep = tensor.dtype if dtype == "f32" and tensor.dtype in (torch.float16, torch.bfloat16) else sixteen_bits
+            tensor = tensor.detach().to(keep if tensor.dim() > 1 else torch.float32)
             weights[name.replace(".base_layer.", ".")] = tensor.contiguous().cpu()
     cache.mkdir(parents=True, exist_ok=True)  # a fresh cache: nothing else may have created it yet
     # named as the model: the converter takes the GGUF's name from the directory's (the same file from every run)
@@ -333,13 +368,14 @@ def dequantized_path(model_dir: Path, cache: Path, settings: str, dtype: str) ->
 
 
 def cached_nf4_weights(model_dir: str | Path, model, settings: str, dtype: str | None = None) -> dict:
-    """{module name: 16-bit weight} of `model`'s projections as model_loader.round_through_nf4 rounds them for the
+    """{module name: weight} of `model`'s projections as model_loader.round_through_nf4 rounds them for the
     llama_cpp engine, read from the engine's GGUF of those very values where an earlier run wrote it (dequantized_gguf,
     cached by the checkpoint's identity and `settings`): a copy of ~270 MB instead of bitsandbytes' quantiser on every
     projection (SmolLM2: 3 s on 2 threads, 5 s on one). In HF row order (llama.cpp's converter reorders Llama's q/k
-    rows); {} where there is no such file. A projection the file does not hold as 16-bit values of the weight's shape
-    is left out: round_through_nf4 rounds it itself. `dtype`: the file's ("bf16" / "f16"; None: the one the engine
-    uses beside `model`, engine_dtype)."""
+    rows); {} where there is no such file. A projection the file does not hold as float values of the weight's shape
+    is left out: round_through_nf4 rounds it itself. `dtype`: the file's ("bf16" / "f16" / "f32"; None: the one the
+    engine uses beside `model`, engine_dtype). An f32 file holds the values the trainer stores in f16 (its float32
+    projections would not be shared: see round_through_nf4), exactly."""
     import torch
 
     from grpokit.model_loader import cache_dir
@@ -358,7 +394,7 @@ def cached_nf4_weights(model_dir: str | Path, model, settings: str, dtype: str |
     permuted = SUPPORTED_ARCHITECTURES.get((config.get("architectures") or ["?"])[0], ("", False))[1]
     heads = {"q_proj": config.get("num_attention_heads"),
              "k_proj": config.get("num_key_value_heads") or config.get("num_attention_heads")}
-    stored = {GGML_TYPE_F16: torch.float16, GGML_TYPE_BF16: torch.bfloat16}
+    stored = ggml_float_types()
     found = {}
     with open(target, "rb") as handle:
         for name, module in model.named_modules():
@@ -369,7 +405,8 @@ def cached_nf4_weights(model_dir: str | Path, model, settings: str, dtype: str |
                                            (0, 0, -1))
             shape = module.weight.shape
             reordered = permuted and match.group(2) in heads
-            if kind not in stored or size != shape.numel() * 2 or (reordered and module.bias is not None):
+            if kind not in stored or size != shape.numel() * stored[kind].itemsize or \
+                    (reordered and module.bias is not None):
                 continue
             handle.seek(offset)
             weight = torch.frombuffer(bytearray(handle.read(size)), dtype=stored[kind]).view(shape)
@@ -458,9 +495,9 @@ def write_lora_gguf(model, path: str | Path, architecture: str, n_head: int, n_k
 
 def remove_stale_exports(cache: Path, keep: Path) -> None:
     """Exports of earlier versions of the same model directory in the same dtype are dead weight (270 MB each for
-    SmolLM2); the other dtype's export stays (a float32 run on a CPU with bf16 units uses f16)."""
+    SmolLM2); the other dtypes' exports stay (a float32 run on a CPU with bf16 units uses f32)."""
     prefix = keep.name.rsplit("-", 1)[0] + "-"
-    suffix = "." + ".".join(keep.name.split(".")[-2:])  # .f16.gguf or .bf16.gguf
+    suffix = "." + ".".join(keep.name.split(".")[-2:])  # .f32.gguf, .f16.gguf or .bf16.gguf
     for old in (cache / "gguf").glob(f"{prefix}*{suffix}"):
         if old != keep and old.name.count("-") == keep.name.count("-"):
             old.unlink(missing_ok=True)

@@ -341,11 +341,12 @@ def round_through_nf4(model, shared: bool, compute=None, cached=None) -> int:
     of the 4-bit path, rounded to the dtype the model computes in as bitsandbytes' dequantisation is (bf16 on a CPU
     with bf16 units: bit-identical to its values there; float32 without them).
 
-    Storage: `shared` (the llama_cpp engine, whose 16-bit tensors the trainer then shares, see
-    engine_llama_cpp.share_weights) keeps a 16-bit layer's values in the GGUF's dtype (gguf_export.engine_dtype):
-    bf16 where the model computes in bf16 (the rounded values themselves, read with no cast), float16 where it
-    computes in float32 (f16 holds float32 values to 2^-11 relative, bf16 only to 2^-8; the trainer's per-matmul
-    upcast gives them back). Otherwise each layer keeps its own dtype. `compute`: round to this dtype instead of the
+    Storage: `shared` (the llama_cpp engine, whose tensors the trainer then shares, see
+    engine_llama_cpp.share_weights) keeps a 16-bit layer's values as the engine's GGUF holds them
+    (gguf_export.engine_dtype): bf16 where the model computes in bf16 (the rounded values themselves, read with no
+    cast), float16 where it computes in float32 (f16 holds float32 values to 2^-11 relative, bf16 only to 2^-8): the
+    GGUF holds those f16 values in f32 (shared, read with no cast) or, where float32 would not fit, in f16 (upcast
+    per matmul). Otherwise each layer keeps its own dtype. `compute`: round to this dtype instead of the
     model's (the export rounds a float32 copy of the base as a bf16 run did, export.round_base). `cached(settings)`:
     {module name: 16-bit values} already rounded (gguf_export.cached_nf4_weights: the engine's GGUF of them from an
     earlier run): a layer found there in the compute dtype, or in f16 as a shared layer stores it beside a float32

@@ -903,13 +903,14 @@ print("PROBE " + json.dumps(out))
 @pytest.mark.slow
 def test_the_trainer_computes_with_the_engines_copy_of_the_weights():
     """16-bit with llama_cpp: one copy of the frozen weights. The trainer's projections become views of the 16-bit
-    tensors in llama.cpp's mapping (bf16 where the trainer computes in bf16, f16 where it computes in float32) (same values: same logits; Llama's q/k in the GGUF's row order, their outputs put
-    back in HF's), its mmapped checkpoint goes, and between generations
+    tensors in llama.cpp's mapping (bf16 where the trainer computes in bf16, f32 where it computes in float32: read
+    with no cast) (same values: same logits; Llama's q/k in the GGUF's row order, their outputs put back in HF's),
+    its mmapped checkpoint goes, and between generations
     the tensors only the engine reads leave the resident set; closing the engine hands the trainer its copies back."""
     pytest.importorskip("llama_cpp")
     probe = _run_probe(SHARE_PROBE, timeout=600)
     assert probe["shared"] == 210  # q, k, v, o, gate, up, down x 30 layers (q/k in the GGUF's row order)
-    engine_dtype = "torch.bfloat16" if probe["compute"] == "torch.bfloat16" else "torch.float16"
+    engine_dtype = "torch.bfloat16" if probe["compute"] == "torch.bfloat16" else "torch.float32"
     assert probe["down_dtype"] == engine_dtype and probe["down_in_engine"] and probe["q_in_engine"], probe
     assert probe["checkpoint_mapped_before"] >= 1 and probe["checkpoint_mapped_after"] == 0
     assert probe["shared_logits_gap"] < 1e-4  # f16 or bf16 holds the bf16 checkpoint's values (bit-identical here)
@@ -1038,16 +1039,18 @@ def test_4bit_with_llama_cpp_computes_the_nf4_weights_in_16_bits():
     # same bf16 values, and what differs is the order of the sums (bitsandbytes' kernels, our q/k in the GGUF's row
     # order) at 2^-8 per rounding through 30 layers
     assert max(probe["grad_gaps"]) < (0.02 if probe["compute"] == "torch.float32" else 0.06), probe
-    # its own 16-bit copy back after close, in the dtype it was shared in
+    # shared as the engine's GGUF holds it (f32 where the trainer computes in float32: read with no cast), and its
+    # own 16-bit copy back after close, in the dtype it stored before sharing
     kept = "torch.bfloat16" if probe["compute"] == "torch.bfloat16" else "torch.float16"
-    assert probe["dtype_after_close"] == f"{kept} {kept}", probe
+    shared = "torch.bfloat16" if probe["compute"] == "torch.bfloat16" else "torch.float32"
+    assert probe["dtype_after_close"] == f"{shared} {kept}", probe
 
 
 @pytest.mark.parametrize("compute", ["bfloat16", "float32"])
 def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tmp_path, monkeypatch, compute):
     """The NF4 round trip of every projection (bitsandbytes' quantiser: 3-5 s on SmolLM2) is what the engine's cached
-    GGUF holds, in the dtype the trainer stores it in (bf16 where it computes in bf16; f16 where it computes in
-    float32 from 16-bit frozen weights): a later run copies it from there, q/k rows put back in HF order (llama.cpp's
+    GGUF holds, the values the trainer stores (bf16 where it computes in bf16; f16 where it computes in float32 from
+    16-bit frozen weights, held in the f32 GGUF): a later run copies it from there, q/k rows put back in HF order (llama.cpp's
     converter reorders Llama's), and gets the same bits; without the file it rounds them itself."""
     pytest.importorskip("llama_cpp")
     import functools
@@ -1079,7 +1082,7 @@ def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tm
     assert round_through_nf4(first, shared=True, cached=functools.partial(gguf_export.cached_nf4_weights, model_dir,
                                                                           first)) == 14  # no file yet: rounded
     dtype = gguf_export.engine_dtype(first)
-    assert dtype == ("bf16" if compute == "bfloat16" else "f16")
+    assert dtype == ("bf16" if compute == "bfloat16" else "f32")  # float32 compute: the f16 values held in f32
     written = gguf_export.dequantized_gguf(first, model_dir, tmp_path / "cache", dtype)  # the engine, at its start
     import gguf
 
@@ -1118,6 +1121,26 @@ def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tm
     # another checkpoint (its identity names another file): nothing is read
     (model_dir / "config.json").write_text((model_dir / "config.json").read_text().replace("}", ' }', 1))
     assert gguf_export.cached_nf4_weights(model_dir, load(), nf4_rounding(first)) == {}
+
+
+def test_the_engines_gguf_holds_the_trainers_compute_dtype_where_memory_allows(monkeypatch):
+    """bf16 compute: bf16; float32 compute: f32 (read with no cast, and sampled from faster than f16 on AVX2) while
+    the projections in float32 take at most an eighth of the machine's memory, f16 beyond (half the bytes)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from grpokit import gguf_export
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    projections = 2 * (32 * 32 * 2 + 32 * 16 * 2 + 32 * 64 * 3)  # q, o; k, v (2 kv heads of 8); gate, up, down
+    assert gguf_export.projection_numel(model) == projections
+    assert gguf_export.engine_dtype(model) == "f32"  # a few KB: fits anywhere
+    monkeypatch.setattr(gguf_export, "physical_memory", lambda: 8 * 4 * projections)
+    assert gguf_export.engine_dtype(model) == "f32"
+    monkeypatch.setattr(gguf_export, "physical_memory", lambda: 8 * 4 * projections - 1)
+    assert gguf_export.engine_dtype(model) == "f16"
+    assert gguf_export.engine_dtype(model.to(torch.bfloat16)) == "bf16" and gguf_export.engine_dtype(None) == "f16"
 
 
 def _run_probe(code: str, timeout: int) -> dict:
