@@ -167,8 +167,8 @@ def physical_memory() -> int:
 
 
 def base_gguf(model_dir: str | Path, cache: Path, dtype: str = "f16") -> Path:
-    """The GGUF (`dtype`: f32, f16 or bf16) of the model in `model_dir`, exported on first use (embedded SmolLM2: ~15-50 s)
-    and cached."""
+    """The GGUF (`dtype`: f32, f16 or bf16) of the model in `model_dir`, exported on first use (embedded SmolLM2:
+    ~15-50 s) and cached."""
     model_dir = check_model_dir(model_dir)
     target = cache / "gguf" / f"{model_dir.name}-{model_identity(model_dir)}.{dtype}.gguf"
     if target.exists():
@@ -306,8 +306,8 @@ def quantized_weights(model) -> dict:
 
 
 def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f16") -> Path:
-    """The GGUF (`dtype`: f32, f16 or bf16) of the weights a 4-bit trainer computes with: every NF4 layer dequantised (to
-    its compute dtype, then `dtype`), or, for a model whose 16-bit weights were rounded through NF4
+    """The GGUF (`dtype`: f32, f16 or bf16) of the weights a 4-bit trainer computes with: every NF4 layer dequantised
+    (to its compute dtype, then `dtype`), or, for a model whose 16-bit weights were rounded through NF4
     (model_loader.round_through_nf4), those weights.
 
     Sampling from the original weights instead costs ~0.57 nats per token of sampler/trainer mismatch on SmolLM2;
@@ -315,8 +315,9 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
     deterministic, so the export is cached by the model's identity plus the quantisation settings; both kinds of model
     give the same file (the same NF4 round trip of the same checkpoint values in the same compute dtype, then `dtype`).
     The temporary copy the converter reads holds the matrices in `dtype` already (for 16 bits the model's size on
-    disk, not float32's twice that; the converter rounds float32 to 16 bits to the nearest even as torch does, so the file is
-    the same byte for byte) and the vectors (norms) in float32, which the converter keeps; it is removed after."""
+    disk, not float32's twice that; the converter rounds float32 to 16 bits to the nearest even as torch does, so the
+    file is the same byte for byte; for f32, 16-bit values stay 16-bit there and the converter widens them exactly)
+    and the vectors (norms) in float32, which the converter keeps; it is removed after."""
     import torch
     from bitsandbytes.functional import dequantize_4bit
     from safetensors.torch import save_file
@@ -327,7 +328,7 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
     if target.exists():
         return target
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    sixteen_bits = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    in_file = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     weights = {}
     with torch.no_grad():
         for name, param in base.named_parameters():
@@ -336,7 +337,7 @@ def dequantized_gguf(model, model_dir: str | Path, cache: Path, dtype: str = "f1
             tensor = dequantize_4bit(param.data, param.quant_state) if name in quantized else param.data
             # an f32 file of 16-bit values (the NF4 rounding a float32 trainer stores in f16): the scratch copy keeps
             # them in 16 bits, which the converter widens exactly (half the scratch's bytes)
-            keep = tensor.dtype if dtype == "f32" and tensor.dtype in (torch.float16, torch.bfloat16) else sixteen_bits
+            keep = tensor.dtype if dtype == "f32" and tensor.dtype in (torch.float16, torch.bfloat16) else in_file
             tensor = tensor.detach().to(keep if tensor.dim() > 1 else torch.float32)
             weights[name.replace(".base_layer.", ".")] = tensor.contiguous().cpu()
     cache.mkdir(parents=True, exist_ok=True)  # a fresh cache: nothing else may have created it yet

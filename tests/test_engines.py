@@ -604,7 +604,8 @@ def test_a_converter_started_ahead_writes_the_same_gguf_and_one_left_unused_is_s
 
 def test_the_run_starts_the_converter_only_where_an_export_is_coming(tmp_path, monkeypatch):
     """GRPOTrainer.warm_engine (the CLI's first step, and load_model/train's): the embedded model before its first
-    conversion gets a converter waiting, once however often it is asked; a run generating with transformers gets none."""
+    conversion gets a converter waiting, once however often it is asked; a run generating with transformers gets
+    none."""
     pytest.importorskip("llama_cpp")
     from grpo_trainer import GRPOConfig, GRPOTrainer
     from grpokit import gguf_export
@@ -1050,8 +1051,8 @@ def test_4bit_with_llama_cpp_computes_the_nf4_weights_in_16_bits():
 def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tmp_path, monkeypatch, compute):
     """The NF4 round trip of every projection (bitsandbytes' quantiser: 3-5 s on SmolLM2) is what the engine's cached
     GGUF holds, the values the trainer stores (bf16 where it computes in bf16; f16 where it computes in float32 from
-    16-bit frozen weights, held in the f32 GGUF): a later run copies it from there, q/k rows put back in HF order (llama.cpp's
-    converter reorders Llama's), and gets the same bits; without the file it rounds them itself."""
+    16-bit frozen weights, held in the f32 GGUF): a later run copies it from there, q/k rows put back in HF order
+    (llama.cpp's converter reorders Llama's), and gets the same bits; without the file it rounds them itself."""
     pytest.importorskip("llama_cpp")
     import functools
 
