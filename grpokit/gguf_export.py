@@ -259,10 +259,12 @@ def _run_converter(converter: Path, argv: list[str]) -> tuple[int, str]:
 
 
 def _convert(model_dir: Path, target: Path, dtype: str) -> Path:
-    """llama.cpp's converter on `model_dir` (16-bit tensors of `dtype`), written atomically to `target`."""
+    """llama.cpp's converter on `model_dir` (float tensors of `dtype`), written atomically to `target`."""
     converter = converter_dir()
     target.parent.mkdir(parents=True, exist_ok=True)
-    log.info("llama_cpp engine: exporting %s to a %s GGUF once (%s)", model_dir, dtype, target)
+    # the model's name, not its directory: a 4-bit run's is a scratch copy of the dequantised weights, named as it
+    log.info("llama_cpp engine: exporting %s to %s %s GGUF once (%s)", model_dir.name,
+             "an" if dtype.startswith("f") else "a", dtype, target)
     started = time.perf_counter()
     # A subprocess: the converter imports its own copy of gguf-py, which must not replace the installed gguf.
     fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".export-", suffix=".gguf")
