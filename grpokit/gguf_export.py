@@ -402,7 +402,9 @@ def cached_nf4_weights(model_dir: str | Path, model, settings: str, dtype: str |
     with open(target, "rb") as handle:
         for name, module in model.named_modules():
             match = PROJECTION_MODULE.search(name)
-            if type(module) is not torch.nn.Linear or not match or match.group(2) not in LORA_TENSOR_NAMES:
+            # a Linear subclass too: Unsloth keeps frozen bf16 projections in its own (Bf16StoredLinear) on a CPU
+            # without bf16 units; a quantised layer's packed weight fails the size check below
+            if not isinstance(module, torch.nn.Linear) or not match or match.group(2) not in LORA_TENSOR_NAMES:
                 continue
             offset, size, kind = table.get(f"blk.{match.group(1)}.{LORA_TENSOR_NAMES[match.group(2)]}.weight",
                                            (0, 0, -1))

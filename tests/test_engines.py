@@ -1055,6 +1055,7 @@ def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tm
     (llama.cpp's converter reorders Llama's), and gets the same bits; without the file it rounds them itself."""
     pytest.importorskip("llama_cpp")
     import functools
+    import importlib.util
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -1064,15 +1065,24 @@ def test_a_later_run_reads_its_nf4_rounding_from_the_engines_gguf_bit_for_bit(tm
     from grpokit.model_loader import embedded_model_dir, nf4_rounding, round_through_nf4
 
     model_dir = save_tiny_llama(tmp_path / "tiny-llama", AutoTokenizer.from_pretrained(embedded_model_dir()))
-    if compute == "bfloat16":  # a bf16 checkpoint, as the embedded model's
-        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).save_pretrained(model_dir)
+    # a bf16 checkpoint, as the embedded model's
+    AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).save_pretrained(model_dir)
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # then a private one for the engine's GGUF
 
     def load():
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, compute))
-        for module in model.model.layers.modules():  # float32 compute: 16-bit frozen projections (Unsloth's CPU path)
-            if isinstance(module, torch.nn.Linear):
-                module.weight = torch.nn.Parameter(module.weight.detach().to(torch.bfloat16), requires_grad=False)
+        if compute == "bfloat16":
+            return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+        # float32 compute from a bf16 checkpoint, as Unsloth's CPU path loads it on a CPU without bf16 units: its
+        # frozen projections kept in bf16 by its own Linear subclass (unsloth_zoo/cpu/ops.py, torch only: loaded from
+        # its file, as unsloth_zoo's package import wants Unsloth imported before transformers)
+        ops = importlib.util.spec_from_file_location("unsloth_zoo_cpu_ops", Path(importlib.util.find_spec(
+            "unsloth_zoo").submodule_search_locations[0]) / "cpu" / "ops.py")
+        module = importlib.util.module_from_spec(ops)
+        ops.loader.exec_module(module)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+        module.store_frozen_linears_in_bf16(model.requires_grad_(False))
+        assert model.get_input_embeddings().weight.dtype == torch.float32
+        assert sum(type(layer) is module.Bf16StoredLinear for layer in model.modules()) == 14
         return model
 
     def projections(model):
