@@ -91,18 +91,13 @@ def greedy_rewards(logs: list[tuple[int, list[dict[str, Any]]]]) -> tuple[Series
 # Drawing
 # ---------------------------------------------------------------------------------------------------------------------
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display, no GUI toolkit
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _figure(title: str, subtitle: str):
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=110)
+    # matplotlib's Figure without pyplot: files only (Agg, the default canvas for PNG), no global figure registry,
+    # and not pyplot's import (~0.5 s of every run's end)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.2), dpi=110)
+    ax = fig.subplots()
     fig.suptitle(title, x=0.01, ha="left", fontsize=13, fontweight="bold")
     import textwrap
 
@@ -160,7 +155,6 @@ def _save(fig, path: Path, legend_axes=()) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
-    _pyplot().close(fig)
     return path
 
 
