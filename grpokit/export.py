@@ -777,6 +777,9 @@ class Measurement:
         return f"{self.same}/{self.prompts} answers as {which}{reward}"
 
 
+GREEDY_BATCH = 32  # prompts of one length per generate call in torch_greedy
+
+
 def prompt_ids(tokenizer, prompt) -> list[int]:
     """A prompt's token ids as the run's evaluation builds them (its chat template, the generation prompt)."""
     text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
@@ -817,22 +820,31 @@ def gguf_greedy(path: Path, prompts: list[list[int]], max_new_tokens: int, lora:
 
 def torch_greedy(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
                  progress: ProgressLine | None = None) -> list[str]:
-    """Greedy completions from a transformers model (plain generate, one prompt at a time: no padding), on the free
-    cores (free_core_threads)."""
+    """Greedy completions from a transformers model (plain generate, no padding: prompts of the same length go in
+    one batch, in their order; a finished row's later tokens are padding, left out of its text), on the free cores
+    (free_core_threads). The held-out sums are all one length: 24 answers in one batch, 29 -> 14 s on one AVX2
+    core, the same answers as one prompt at a time."""
     import torch
 
-    answers, before = [], torch.get_num_threads()
-    threads = free_core_threads()
+    answers: list[str | None] = [None] * len(prompts)
+    by_length: dict[int, list[int]] = {}
+    for index, ids in enumerate(prompts):
+        by_length.setdefault(len(ids), []).append(index)
+    before, threads = torch.get_num_threads(), free_core_threads()
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
-            for ids in prompts:
-                if progress is not None:
-                    progress.update(f"{len(answers)}/{len(prompts)} on {threads} threads")
-                tensor = torch.tensor([ids])
-                out = model.generate(input_ids=tensor, attention_mask=torch.ones_like(tensor), do_sample=False,
-                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-                answers.append(tokenizer.decode(out[0, tensor.shape[1]:], skip_special_tokens=True).strip())
+            for length, rows in by_length.items():
+                for start in range(0, len(rows), GREEDY_BATCH):
+                    if progress is not None:
+                        done = sum(answer is not None for answer in answers)
+                        progress.update(f"{done}/{len(prompts)} on {threads} threads")
+                    batch = rows[start:start + GREEDY_BATCH]
+                    tensor = torch.tensor([prompts[i] for i in batch])
+                    out = model.generate(input_ids=tensor, attention_mask=torch.ones_like(tensor), do_sample=False,
+                                         max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+                    for row, index in enumerate(batch):
+                        answers[index] = tokenizer.decode(out[row, length:], skip_special_tokens=True).strip()
     finally:
         torch.set_num_threads(before)
     return answers
