@@ -57,22 +57,111 @@ class Packed:
 
 
 def pack_by_prompt(input_ids, attention_mask, prompt_len: int) -> Packed | None:
-    """The log-prob pass as one forward: each distinct prompt once, followed by every completion of it, one row each.
+    """The log-prob pass as one forward: each distinct prompt once, each completion as a segment after it.
 
     Two calls (prompt cache, then completions) cost a whole pass of fixed overhead: on a CPU a forward + backward
-    through 30 small layers is ~0.4 s of per-op cost whatever the token count (BENCHMARKS.md). Packed, each
-    distinct prompt's real tokens but the last come once; then each completion row follows as its own segment: the
-    last prompt token (it predicts the first completion token) and the completion up to its last scored token
-    (trailing padding and the last token, which predicts nothing, are left out). A 4D mask lets a segment see its
-    prompt and its own earlier tokens, nothing else; positions are the tokens' columns in TRL's rows. So every
-    scored token sees the same keys at the same positions as in TRL's pass: the same log-probs up to float
-    rounding. None where packing would hold more attention scores than TRL's own pass (long completions)."""
+    through 30 small layers is ~0.4 s of per-op cost whatever the token count (BENCHMARKS.md). Where one row fits
+    TRL's own attention budget (pack_by_prefix), the distinct prompts share their common beginning too (the chat
+    template's system prompt, a tool schema, a few-shot header); else one packed row per distinct prompt
+    (pack_per_prompt). None where neither holds at most the attention scores of TRL's own pass (long completions)."""
+    return pack_by_prefix(input_ids, attention_mask, prompt_len) or \
+        pack_per_prompt(input_ids, attention_mask, prompt_len)
+
+
+def _completion_segment(input_ids, attention_mask, row: int, prompt_len: int, length: int):
+    """A completion row's segment: the last prompt token (it predicts the first completion token) and the
+    completion up to its last scored token (trailing padding and the last token, which predicts nothing, left
+    out): (ids, columns, key mask, labels)."""
+    columns = torch.arange(prompt_len - 1, prompt_len - 1 + length, device=input_ids.device)
+    scored = attention_mask[row, columns + 1].bool()
+    return (input_ids[row, columns], columns, attention_mask[row, columns].bool(),
+            input_ids[row, columns + 1].masked_fill(~scored, -100))
+
+
+def _scored_lengths(attention_mask, prompt_len: int):
+    """(1..C, each row's last scored completion token, counted from 1)."""
+    steps = torch.arange(1, attention_mask.size(1) - prompt_len + 1, device=attention_mask.device)
+    return steps, (attention_mask[:, prompt_len:].bool() * steps).amax(dim=1).tolist()
+
+
+def pack_by_prefix(input_ids, attention_mask, prompt_len: int) -> Packed | None:
+    """One packed row: the distinct prompts' real tokens but the last as a prefix tree (a token several prompts have
+    at the same place after the same tokens is there once), then each completion as a segment. A 4D mask lets a
+    tree token see its ancestors, and a segment its prompt's path through the tree and its own earlier tokens.
+
+    Positions count from each prompt's first real token (a token's column in TRL's row less its left padding), so
+    that prompts of different lengths share their beginnings; rotary attention scores depend on the distance
+    between positions only, so every scored token sees the same keys at the same distances as in TRL's pass: the
+    same log-probs up to float rounding. None where the row would hold more attention scores than TRL's pass."""
+    batch, width = input_ids.shape
+    device = input_ids.device
+    first_row, row_to_prompt = distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
+    steps, lengths = _scored_lengths(attention_mask, prompt_len)
+    real = attention_mask[:, :prompt_len].sum(dim=1).tolist()
+    node: dict[tuple[int, int, int], int] = {}  # (parent, token, position) -> tree index
+    tokens, positions, parents, ends = [], [], [], []
+    ids_cpu, mask_cpu = input_ids[:, :prompt_len - 1].tolist(), attention_mask[:, :prompt_len - 1].tolist()
+    for first in first_row.tolist():
+        parent, pad = -1, prompt_len - real[first]
+        for column in range(prompt_len - 1):
+            if not mask_cpu[first][column]:
+                continue
+            key = (parent, ids_cpu[first][column], column - pad)
+            if key not in node:
+                node[key] = len(tokens)
+                tokens.append(key[1])
+                positions.append(key[2])
+                parents.append(parent)
+            parent = node[key]
+        ends.append(parent)
+    tree = len(tokens)
+    size = tree + sum(lengths)
+    if size * size > batch * width * width:
+        return None
+    ancestors = torch.zeros(tree + 1, size, dtype=torch.bool)  # row t: tree token t's path; row `tree`: none
+    for t, parent in enumerate(parents):  # parents come before their children
+        if parent >= 0:
+            ancestors[t] = ancestors[parent]
+        ancestors[t, t] = True
+    attend = torch.zeros(size, size, dtype=torch.bool)
+    attend[:tree] = ancestors[:tree]
+    ids = torch.zeros(size, dtype=torch.long)
+    ids[:tree] = torch.tensor(tokens, dtype=torch.long)
+    position_ids = torch.zeros(size, dtype=torch.long)
+    position_ids[:tree] = torch.tensor(positions, dtype=torch.long)
+    labels = torch.full((size,), -100, dtype=torch.long)
+    cols = torch.zeros(batch, width - prompt_len, dtype=torch.long)
+    start, owner = tree, row_to_prompt.tolist()
+    for row in range(batch):
+        length = lengths[row]
+        if length == 0:
+            continue
+        seg_ids, columns, keys, seg_labels = (t.cpu() for t in _completion_segment(
+            input_ids, attention_mask, row, prompt_len, length))
+        span = slice(start, start + length)
+        ids[span], labels[span] = seg_ids, seg_labels
+        position_ids[span] = columns - (prompt_len - real[row])
+        # the prompt's path, then the segment's own earlier tokens that are not padding (and itself)
+        attend[span] = ancestors[ends[owner[row]] if ends[owner[row]] >= 0 else tree]
+        attend[span, span] = torch.tril(keys[None, :].expand(length, length)) | torch.eye(length, dtype=torch.bool)
+        cols[row, :length] = torch.arange(start, start + length)
+        start += length
+    kept = steps[None, :] <= torch.tensor(lengths, device=device)[:, None]
+    return Packed(ids[None].to(device), position_ids[None].to(device), attend[None, None].to(device),
+                  labels[None].to(device), torch.zeros_like(cols).to(device), cols.to(device), kept)
+
+
+def pack_per_prompt(input_ids, attention_mask, prompt_len: int) -> Packed | None:
+    """One packed row per distinct prompt: its real tokens but the last once, followed by every completion of it
+    as a segment (_completion_segment). A 4D mask lets a segment see its prompt and its own earlier tokens, nothing
+    else; positions are the tokens' columns in TRL's rows. So every scored token sees the same keys at the same
+    positions as in TRL's pass: the same log-probs up to float rounding. None where packing would hold more
+    attention scores than TRL's own pass (long completions)."""
     batch, width = input_ids.shape
     completion_len = width - prompt_len
     device = input_ids.device
     first_row, row_to_prompt = distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
-    steps = torch.arange(1, completion_len + 1, device=device)
-    lengths = (attention_mask[:, prompt_len:].bool() * steps).amax(dim=1).tolist()  # last scored, not the count
+    steps, lengths = _scored_lengths(attention_mask, prompt_len)
     owner = row_to_prompt.tolist()
     segments = []  # per packed row: [(ids, positions, segment id, key mask, labels)]
     rows, cols = torch.zeros(batch, completion_len, dtype=torch.long), torch.zeros(batch, completion_len, dtype=torch.long)
@@ -83,10 +172,8 @@ def pack_by_prompt(input_ids, attention_mask, prompt_len: int) -> Packed | None:
         start = real.numel()
         for row in (r for r in range(batch) if owner[r] == prompt):
             length = lengths[row]
-            columns = torch.arange(prompt_len - 1, prompt_len - 1 + length, device=device)
-            scored = attention_mask[row, columns + 1].bool()
-            parts.append((input_ids[row, columns], columns, torch.full_like(columns, row),
-                          attention_mask[row, columns].bool(), input_ids[row, columns + 1].masked_fill(~scored, -100)))
+            seg_ids, columns, keys, labels = _completion_segment(input_ids, attention_mask, row, prompt_len, length)
+            parts.append((seg_ids, columns, torch.full_like(columns, row), keys, labels))
             rows[row], cols[row, :length] = prompt, torch.arange(start, start + length)
             start += length
         segments.append([torch.cat(field) for field in zip(*parts, strict=True)])

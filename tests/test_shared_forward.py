@@ -77,9 +77,11 @@ def _check(found, inputs, distinct, calls_shared=1, logp_tol=1e-5, grad_tol=1e-4
     rows, width = inputs["prompt_ids"].size(0), inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
     shared, plain = found["shared_calls"], found["plain_calls"]
     assert plain[0] == (rows, width)  # TRL's pass: every row in full, the prompt once per completion
-    # ours: one forward of one packed row per distinct prompt (or the prompt cache, then the completions)
+    # ours: one forward of one packed row, the distinct prompts as a prefix tree (or the prompt cache of each
+    # distinct prompt, then the completions)
     assert len(shared) - len(plain) == calls_shared - 1, (shared, plain)
-    assert shared[0][0] == distinct and shared[0][0] * shared[0][1] < rows * width, shared
+    assert shared[0][0] == (1 if calls_shared == 1 else distinct) and shared[0][0] * shared[0][1] < rows * width, \
+        shared
     assert found["same_names"] and found["grads"] == 2 * 2 * len(TARGETS) and found["zero_grads"] == 0
     assert found["logp"] <= logp_tol and found["grad"] <= grad_tol, found
     assert found["loss"] <= 10 * logp_tol
@@ -165,7 +167,7 @@ def test_the_switch_turns_it_off(tiny_dirs, tmp_path):
     inputs = one_round(tokenizer, QUESTIONS[:2], 4, 8, seed=0)
     results = both_ways(trainer, inputs)
     assert results[False]["calls"] == [(8, inputs["prompt_ids"].size(1) + 8)]
-    assert results[True]["calls"][0][0] == 2
+    assert results[True]["calls"][0][0] == 1  # shared: one packed row, the 2 prompts as a prefix tree
 
 
 @pytest.mark.slow
@@ -186,6 +188,7 @@ def test_unsloth_cpu_backend_shares_the_training_forward(tiny_dirs, tmp_path):
         found["plain_calls"] = [tuple(c) for c in found["plain_calls"]]
         rows = 8
         assert found["plain_calls"][0][0] == rows and len(found["shared_calls"]) == 1, found
-        assert found["shared_calls"][0][0] == 2 and found["shared_calls"][0][1] < found["plain_calls"][0][1] * 4
+        # one packed row (the 2 distinct prompts as a prefix tree, then the 8 completions)
+        assert found["shared_calls"][0][0] == 1 and found["shared_calls"][0][1] < found["plain_calls"][0][1] * 4
         assert found["same_names"] and found["grads"] == 2 * 2 * len(TARGETS) and found["zero_grads"] == 0
         assert found["logp"] <= (2e-2 if bf16 else 1e-5) and found["grad"] <= (2e-2 if bf16 else 1e-4), found

@@ -81,20 +81,23 @@ def _batch(tokenizer, completion_len=12):
     return ids, mask, completion_mask, completion_len
 
 
-@pytest.mark.parametrize("form", ["packed", "prompt cache"])
+@pytest.mark.parametrize("form", ["prefix tree", "per prompt", "prompt cache"])
 def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path, form, monkeypatch):
-    """Both forms of the shared pass: packed rows (one forward), and the prompt cache + completions (two forwards),
-    which models whose attention takes no custom mask use."""
+    """Every form of the shared pass: one packed row holding the prompts as a prefix tree (one forward), packed rows
+    per prompt (one forward; where the tree's row would hold more attention scores than TRL's pass), and the prompt
+    cache + completions (two forwards), which models whose attention takes no custom mask use."""
     import torch
 
-    from grpokit import trl_trainer
+    from grpokit import shared_prompts, trl_trainer
     from grpokit.trl_trainer import TRLGRPOTrainer as GRPOTrainer
 
     # sdpa takes the packed mask as bool (eager, elsewhere in this file, as additive); an attention that takes no
     # custom mask (flash attention, not on a CPU) is eager taken off the table of those that do
-    model = _lora_model(tiny_model_dir, random_b=True, attn="sdpa" if form == "packed" else "eager")
+    model = _lora_model(tiny_model_dir, random_b=True, attn="eager" if form == "prompt cache" else "sdpa")
     if form == "prompt cache":
         monkeypatch.delitem(trl_trainer._PACKED_MASK, "eager")
+    if form == "per prompt":  # the form pack_by_prompt falls back to
+        monkeypatch.setattr(shared_prompts, "pack_by_prefix", lambda *args: None)
     trainer = _trainer(GRPOTrainer, model, tiny_model_dir, tmp_path)
     ids, mask, completion_mask, keep = _batch(trainer.processing_class)
     prompt_len = ids.size(1) - keep
@@ -109,15 +112,20 @@ def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path, form, mon
         ((logps * completion_mask).sum() / completion_mask.sum()).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
         results[share] = (logps.detach(), entropies.detach(), grads)
-        # TRL: 8 full rows; shared: one forward of 2 packed rows, each a prompt's real tokens but the last once,
-        # then per completion its last prompt token and its tokens up to the last scored one but the last: 12 for
-        # the full rows, 5 and 2 for the two that end early
-        packed = [int(mask[r, :prompt_len - 1].sum()) + sum(int(completion_mask[q].sum()) for q in rows)
-                  for r, rows in ((0, range(4)), (4, range(4, 8)))]
+        # TRL: 8 full rows; shared, per prompt: one forward of 2 packed rows, each a prompt's real tokens but the
+        # last once, then per completion its last prompt token and its tokens up to the last scored one but the
+        # last: 12 for the full rows, 5 and 2 for the two that end early; as a prefix tree, one row where the two
+        # prompts' common beginning (the chat template's system prompt and "<|im_start|>user\n") is there once
+        real = [ids[r, :prompt_len - 1][mask[r, :prompt_len - 1].bool()].tolist() for r in (0, 4)]
+        common = next(i for i, (a, b) in enumerate(zip(*real, strict=False)) if a != b)
+        assert common >= 20 and len(real[0]) != len(real[1])  # shared at different columns of TRL's rows
+        completions = [sum(int(completion_mask[q].sum()) for q in rows) for rows in (range(4), range(4, 8))]
         if form == "prompt cache":
             packed = [(2, prompt_len - 1), (8, keep + 1)]  # the 2 distinct prompts, then every row's completion
+        elif form == "per prompt":
+            packed = [(2, max(len(prompt) + n for prompt, n in zip(real, completions, strict=True)))]
         else:
-            packed = [(2, max(packed))]
+            packed = [(1, len(real[0]) + len(real[1]) - common + sum(completions))]
         assert calls == (packed if share else [(8, prompt_len + keep)])
     (lp_trl, ent_trl, grads_trl), (lp_ours, ent_ours, grads_ours) = results[False], results[True]
     scored = completion_mask.bool()
