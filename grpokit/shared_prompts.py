@@ -56,15 +56,16 @@ class Packed:
     kept: torch.Tensor  # [B, C] bool: up to the row's last scored token (the rest is padding, scored 0)
 
 
-def pack_by_prompt(input_ids, attention_mask, prompt_len: int) -> Packed | None:
+def pack_by_prompt(input_ids, attention_mask, prompt_len: int, tree: bool = True) -> Packed | None:
     """The log-prob pass as one forward: each distinct prompt once, each completion as a segment after it.
 
     Two calls (prompt cache, then completions) cost a whole pass of fixed overhead: on a CPU a forward + backward
-    through 30 small layers is ~0.4 s of per-op cost whatever the token count (BENCHMARKS.md). Where one row fits
-    TRL's own attention budget (pack_by_prefix), the distinct prompts share their common beginning too (the chat
-    template's system prompt, a tool schema, a few-shot header); else one packed row per distinct prompt
-    (pack_per_prompt). None where neither holds at most the attention scores of TRL's own pass (long completions)."""
-    return pack_by_prefix(input_ids, attention_mask, prompt_len) or \
+    through 30 small layers is ~0.4 s of per-op cost whatever the token count (BENCHMARKS.md). With `tree` (a model
+    whose attention sees only distances between positions: rotary embeddings) and where one row fits TRL's own
+    attention budget (pack_by_prefix), the distinct prompts share their common beginning too (the chat template's
+    system prompt, a tool schema, a few-shot header); else one packed row per distinct prompt (pack_per_prompt).
+    None where neither holds at most the attention scores of TRL's own pass (long completions)."""
+    return (pack_by_prefix(input_ids, attention_mask, prompt_len) if tree else None) or \
         pack_per_prompt(input_ids, attention_mask, prompt_len)
 
 

@@ -2,15 +2,18 @@
 
 GRPO samples `num_generations` completions per prompt. TRL runs every prompt + completion row through the model in
 full, both when generating (the prefill) and in the log-prob pass, so each prompt is computed `num_generations` times
-(4 x 44 of the 68 tokens per row in the speed benchmark). Here the log-prob pass is one forward over packed rows, one
-per distinct prompt: the prompt once, then each of its completions as a segment that sees only that prompt and
-itself (shared_prompts.pack_by_prompt, a 4D mask; trailing padding left out). Where the attention cannot take such
-a mask (flash attention, sliding windows shorter than the rows, recurrent layers) or packing would hold more
-attention scores than TRL's rows, the prompt's key/value cache is computed once per distinct prompt and indexed out
-to its rows, and the completions (plus the last prompt token, which predicts the first completion token) follow in
-a second call. Generation uses that cache form. Same tokens, positions, masks and LM head as TRL's passes, so the
-same log-probs and sampling distribution up to float rounding (tests compare both, values and gradients); in the
-log-prob pass gradients flow back into the shared prompt.
+(4 x 44 of the 68 tokens per row in the speed benchmark). Here the log-prob pass is one forward over one packed row:
+the distinct prompts as a prefix tree (their common beginning, such as the chat template's system prompt or a tool
+schema, once), then each completion as a segment that sees only its prompt's path and itself
+(shared_prompts.pack_by_prompt, a 4D mask; trailing padding left out); one row per distinct prompt where that row
+would hold more attention scores than TRL's pass. Where the attention cannot take such a mask (flash attention,
+sliding windows shorter than the rows, recurrent layers) or packing would hold more attention scores than TRL's
+rows, the prompt's key/value cache is computed once per distinct prompt and indexed out to its rows, and the
+completions (plus the last prompt token, which predicts the first completion token) follow in a second call.
+Generation uses that cache form. Same tokens, masks and LM head as TRL's passes, and the same distances between
+positions (the prefix tree counts positions from each prompt's first real token: rotary attention sees only the
+distances), so the same log-probs and sampling distribution up to float rounding (tests compare both, values and
+gradients); in the log-prob pass gradients flow back into the shared prompt.
 
 Imported only after the backend (Unsloth must be imported before TRL).
 """
@@ -301,8 +304,9 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         return outputs.log_probs, outputs.entropy if compute_entropy else None
 
     def _packed_logps(self, model, input_ids, attention_mask, prompt_len, compute_entropy):
-        """The log-prob pass in one forward, one packed row per distinct prompt (shared_prompts.pack_by_prompt), where
-        the model's attention takes a custom mask and is plain causal over these lengths; else None."""
+        """The log-prob pass in one forward of packed rows (shared_prompts.pack_by_prompt: the prompts as a prefix tree
+        in one row, or one row per distinct prompt), where the model's attention takes a custom mask and is plain
+        causal over these lengths; else None."""
         config = self.accelerator.unwrap_model(model).config
         form = _PACKED_MASK.get(getattr(config, "_attn_implementation", None))
         window = getattr(config, "sliding_window", None)
@@ -310,7 +314,9 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         if form is None or kinds - {"full_attention", "sliding_attention"} or (
                 isinstance(window, int) and input_ids.size(1) > window):
             return None  # recurrent / linear-attention layers, or a window the 4D mask would not apply
-        packed = pack_by_prompt(input_ids, attention_mask, prompt_len)
+        # the prefix tree moves positions (distances kept): for rotary position embeddings only
+        rotary = getattr(config, "rope_parameters", None) is not None or getattr(config, "rope_theta", None) is not None
+        packed = pack_by_prompt(input_ids, attention_mask, prompt_len, tree=rotary)
         if packed is None:
             return None
         mask = packed.attend
