@@ -1,4 +1,5 @@
-"""Each distinct prompt through the model once per GRPO group, not once per completion.
+"""Each distinct prompt through the model once per GRPO group, not once per completion (in the log-prob pass, their
+common beginning once per batch).
 
 GRPO samples `num_generations` completions of every prompt; a plain `generate` prefills the same prompt that many
 times. Both the trainer's generation (trl_trainer) and the transformers engine (engine_transformers) call
@@ -45,10 +46,11 @@ def generate_with_shared_prompts(model, generate, input_ids=None, attention_mask
 
 @dataclasses.dataclass
 class Packed:
-    """A log-prob batch packed one row per distinct prompt (pack_by_prompt); D packed rows of N tokens."""
+    """A log-prob batch packed (pack_by_prompt): D packed rows of N tokens, one (the prompts as a prefix tree) or one
+    per distinct prompt."""
 
     input_ids: torch.Tensor  # [D, N]
-    position_ids: torch.Tensor  # [D, N]: each token's position in TRL's own row (its column there)
+    position_ids: torch.Tensor  # [D, N]: each token's column in TRL's row (per prompt), less its left padding (tree)
     attend: torch.Tensor  # [D, 1, N, N] bool: which keys each query attends to
     shift_labels: torch.Tensor  # [D, N]: the completion token each position predicts, -100 where none
     rows: torch.Tensor  # [B, C]: the packed row holding the prediction of each completion token
