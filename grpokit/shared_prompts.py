@@ -119,7 +119,7 @@ def pack_by_prefix(input_ids, attention_mask, prompt_len: int) -> Packed | None:
         ends.append(parent)
     tree = len(tokens)
     size = tree + sum(lengths)
-    if size * size > batch * width * width:
+    if size == 0 or size * size > batch * width * width:  # nothing to score (one-token prompts, empty completions)
         return None
     ancestors = torch.zeros(tree + 1, size, dtype=torch.bool)  # row t: tree token t's path; row `tree`: none
     for t, parent in enumerate(parents):  # parents come before their children

@@ -138,6 +138,56 @@ def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path, form, mon
         torch.testing.assert_close(grads_ours[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_both_packings_score_random_batches_as_trls_rows(attn):
+    """Random batches on a tiny random Llama: prompts of different lengths sharing a beginning, a prompt that is the
+    beginning of another, one-token prompts, completions of every length down to empty. Each packing's log-probs
+    equal those of TRL's left-padded rows (positions = columns) wherever a token is scored."""
+    import random
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from grpokit.shared_prompts import pack_by_prefix, pack_per_prompt
+
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    config._attn_implementation = attn
+    model = LlamaForCausalLM(config).eval()
+    packed_forms = {"tree": 0, "per prompt": 0}
+    for _ in range(25):
+        base = [rng.randrange(3, 300) for _ in range(rng.randrange(1, 12))]
+        prompts = [base[:rng.randrange(1, len(base) + 1)] if rng.random() < 0.3 else
+                   base + [rng.randrange(3, 300) for _ in range(rng.randrange(0, 6))] for _ in range(rng.randrange(1, 4))]
+        group, width, completion = rng.randrange(1, 4), max(map(len, prompts)), rng.randrange(1, 6)
+        rows, masks = [], []
+        for prompt in prompts:
+            for _ in range(group):
+                kept = rng.randrange(0, completion + 1)
+                rows.append([0] * (width - len(prompt)) + prompt + [rng.randrange(3, 300) for _ in range(completion)])
+                masks.append([0] * (width - len(prompt)) + [1] * (len(prompt) + kept) + [0] * (completion - kept))
+        ids, mask = torch.tensor(rows), torch.tensor(masks)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, width - 1:-1]
+            expected = torch.log_softmax(logits, -1).gather(-1, ids[:, width:, None])[..., 0]
+            for name, pack in (("tree", pack_by_prefix), ("per prompt", pack_per_prompt)):
+                packed = pack(ids, mask, width)
+                if packed is None:
+                    continue
+                packed_forms[name] += 1
+                attend = packed.attend if attn == "sdpa" else torch.zeros(packed.attend.shape).masked_fill_(
+                    ~packed.attend, torch.finfo(torch.float32).min)
+                out = model(input_ids=packed.input_ids, attention_mask=attend, position_ids=packed.position_ids).logits
+                scored = torch.log_softmax(out, -1).gather(-1, packed.shift_labels.clamp(min=0)[..., None])[..., 0]
+                got = scored[packed.rows, packed.cols]
+                where = mask[:, width:].bool()
+                assert bool((packed.kept | ~where).all())  # every scored token is kept
+                torch.testing.assert_close(got[where], expected[where], rtol=1e-5, atol=1e-5)
+    assert min(packed_forms.values()) >= 15, packed_forms
+
+
 def test_shared_prompt_cache_samples_the_same_tokens(tiny_model_dir):
     import torch
     from transformers import AutoTokenizer, GenerationConfig
