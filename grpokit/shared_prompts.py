@@ -52,10 +52,13 @@ class Packed:
     input_ids: torch.Tensor  # [D, N]
     position_ids: torch.Tensor  # [D, N]: each token's column in TRL's row (per prompt), less its left padding (tree)
     attend: torch.Tensor  # [D, 1, N, N] bool: which keys each query attends to
-    shift_labels: torch.Tensor  # [D, N]: the completion token each position predicts, -100 where none
+    shift_labels: torch.Tensor  # [D, S]: the completion token each scored position predicts, -100 where none
     rows: torch.Tensor  # [B, C]: the packed row holding the prediction of each completion token
-    cols: torch.Tensor  # [B, C]: its position in that row
+    cols: torch.Tensor  # [B, C]: its scored position in that row
     kept: torch.Tensor  # [B, C] bool: up to the row's last scored token (the rest is padding, scored 0)
+    # [S]: the position of the model's output each scored position reads (the tree: a prompt's last token predicts
+    # the first token of each of its completions), or None where scored positions are the row's own (S = N)
+    expand: torch.Tensor | None = None
 
 
 def pack_by_prompt(input_ids, attention_mask, prompt_len: int, tree: bool = True) -> Packed | None:
@@ -88,14 +91,17 @@ def _scored_lengths(attention_mask, prompt_len: int):
 
 
 def pack_by_prefix(input_ids, attention_mask, prompt_len: int) -> Packed | None:
-    """One packed row: the distinct prompts' real tokens but the last as a prefix tree (a token several prompts have
-    at the same place after the same tokens is there once), then each completion as a segment. A 4D mask lets a
-    tree token see its ancestors, and a segment its prompt's path through the tree and its own earlier tokens.
+    """One packed row: the distinct prompts' real tokens as a prefix tree (a token several prompts have at the same
+    place after the same tokens is there once), then each completion's tokens up to its last scored one but the
+    last as a segment. A 4D mask lets a tree token see its ancestors, and a segment its prompt's path through the
+    tree and its own earlier tokens. A prompt's last token is in the tree once for all its completions: its output
+    predicts the first token of each (`expand` reads it once per completion, so its gradient is their sum).
 
     Positions count from each prompt's first real token (a token's column in TRL's row less its left padding), so
     that prompts of different lengths share their beginnings; rotary attention scores depend on the distance
     between positions only, so every scored token sees the same keys at the same distances as in TRL's pass: the
-    same log-probs up to float rounding. None where the row would hold more attention scores than TRL's pass."""
+    same log-probs up to float rounding. None where the row would hold more attention scores than TRL's pass, where
+    nothing is scored, or where a prompt does not end in a real token (right padding: the per-prompt packing)."""
     batch, width = input_ids.shape
     device = input_ids.device
     first_row, row_to_prompt = distinct_rows(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
@@ -103,10 +109,12 @@ def pack_by_prefix(input_ids, attention_mask, prompt_len: int) -> Packed | None:
     real = attention_mask[:, :prompt_len].sum(dim=1).tolist()
     node: dict[tuple[int, int, int], int] = {}  # (parent, token, position) -> tree index
     tokens, positions, parents, ends = [], [], [], []
-    ids_cpu, mask_cpu = input_ids[:, :prompt_len - 1].tolist(), attention_mask[:, :prompt_len - 1].tolist()
+    ids_cpu, mask_cpu = input_ids[:, :prompt_len].tolist(), attention_mask[:, :prompt_len].tolist()
     for first in first_row.tolist():
+        if not mask_cpu[first][prompt_len - 1]:
+            return None
         parent, pad = -1, prompt_len - real[first]
-        for column in range(prompt_len - 1):
+        for column in range(prompt_len):
             if not mask_cpu[first][column]:
                 continue
             key = (parent, ids_cpu[first][column], column - pad)
@@ -117,41 +125,47 @@ def pack_by_prefix(input_ids, attention_mask, prompt_len: int) -> Packed | None:
                 parents.append(parent)
             parent = node[key]
         ends.append(parent)
-    tree = len(tokens)
-    size = tree + sum(lengths)
-    if size == 0 or size * size > batch * width * width:  # nothing to score (one-token prompts, empty completions)
+    tree, scored = len(tokens), sum(lengths)
+    size = tree + scored - sum(length > 0 for length in lengths)  # a segment: its completion's scored tokens less one
+    if scored == 0 or size * size > batch * width * width:
         return None
-    ancestors = torch.zeros(tree + 1, size, dtype=torch.bool)  # row t: tree token t's path; row `tree`: none
+    ancestors = torch.zeros(tree, size, dtype=torch.bool)  # row t: tree token t's path
     for t, parent in enumerate(parents):  # parents come before their children
         if parent >= 0:
             ancestors[t] = ancestors[parent]
         ancestors[t, t] = True
     attend = torch.zeros(size, size, dtype=torch.bool)
-    attend[:tree] = ancestors[:tree]
+    attend[:tree] = ancestors
     ids = torch.zeros(size, dtype=torch.long)
     ids[:tree] = torch.tensor(tokens, dtype=torch.long)
     position_ids = torch.zeros(size, dtype=torch.long)
     position_ids[:tree] = torch.tensor(positions, dtype=torch.long)
-    labels = torch.full((size,), -100, dtype=torch.long)
+    labels = torch.full((scored,), -100, dtype=torch.long)
+    expand = torch.zeros(scored, dtype=torch.long)
     cols = torch.zeros(batch, width - prompt_len, dtype=torch.long)
-    start, owner = tree, row_to_prompt.tolist()
+    start, at, owner = tree, 0, row_to_prompt.tolist()
     for row in range(batch):
         length = lengths[row]
         if length == 0:
             continue
         seg_ids, columns, keys, seg_labels = (t.cpu() for t in _completion_segment(
             input_ids, attention_mask, row, prompt_len, length))
-        span = slice(start, start + length)
-        ids[span], labels[span] = seg_ids, seg_labels
+        seg_ids, columns, keys = seg_ids[1:], columns[1:], keys[1:]  # the prompt's last token is in the tree
+        end, n = ends[owner[row]], length - 1
+        span = slice(start, start + n)
+        ids[span] = seg_ids
         position_ids[span] = columns - (prompt_len - real[row])
         # the prompt's path, then the segment's own earlier tokens that are not padding (and itself)
-        attend[span] = ancestors[ends[owner[row]] if ends[owner[row]] >= 0 else tree]
-        attend[span, span] = torch.tril(keys[None, :].expand(length, length)) | torch.eye(length, dtype=torch.bool)
-        cols[row, :length] = torch.arange(start, start + length)
-        start += length
+        attend[span] = ancestors[end]
+        attend[span, span] = torch.tril(keys[None, :].expand(n, n)) | torch.eye(n, dtype=torch.bool)
+        expand[at] = end
+        expand[at + 1:at + length] = torch.arange(start, start + n)
+        labels[at:at + length] = seg_labels
+        cols[row, :length] = torch.arange(at, at + length)
+        start, at = start + n, at + length
     kept = steps[None, :] <= torch.tensor(lengths, device=device)[:, None]
     return Packed(ids[None].to(device), position_ids[None].to(device), attend[None, None].to(device),
-                  labels[None].to(device), torch.zeros_like(cols).to(device), cols.to(device), kept)
+                  labels[None].to(device), torch.zeros_like(cols).to(device), cols.to(device), kept, expand.to(device))
 
 
 def pack_per_prompt(input_ids, attention_mask, prompt_len: int) -> Packed | None:

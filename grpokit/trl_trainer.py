@@ -35,6 +35,32 @@ _PACKED_MASK = {"sdpa": "bool", "eager": "additive", "grpo_eager_gqa": "additive
 
 
 @contextlib.contextmanager
+def _scored_positions(model, index):
+    """While the block runs, the backbone's last hidden states are read at `index` (shared_prompts.Packed.expand: a
+    prompt's last token once per completion) before TRL's fused LM head scores them: a forward hook on the module
+    that head calls (`base_model` of the model TRL patched, under PEFT its base model). index_select is
+    differentiable: a position read by several completions gets the sum of their gradients."""
+    if index is None:
+        yield
+        return
+    patched = model.get_base_model() if hasattr(model, "get_base_model") else model
+    read = []
+
+    def expand(module, args, output):
+        read.append(True)
+        output.last_hidden_state = output.last_hidden_state.index_select(1, index)
+        return output
+
+    handle = patched.base_model.register_forward_hook(expand)
+    try:
+        yield
+    finally:
+        handle.remove()
+    if len(read) != 1:  # the head would have scored the wrong positions
+        raise RuntimeError(f"the packed log-prob pass read the backbone's output {len(read)} times, not once")
+
+
+@contextlib.contextmanager
 def _cpu_map_location(device: torch.device):
     """torch.load with map_location `cpu:N` read as `cpu` while the block runs.
 
@@ -323,7 +349,7 @@ class TRLGRPOTrainer(trl.GRPOTrainer):
         if form == "additive":
             mask = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(
                 ~mask, torch.finfo(torch.float32).min)
-        with self.accelerator.autocast():
+        with self.accelerator.autocast(), _scored_positions(self.accelerator.unwrap_model(model), packed.expand):
             outputs = model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
                             shift_labels=packed.shift_labels, fused_lm_head=True)
         # The fused head scores the labelled positions (and entropies, unless it is a reference model's); each

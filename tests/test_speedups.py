@@ -115,7 +115,8 @@ def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path, form, mon
         # TRL: 8 full rows; shared, per prompt: one forward of 2 packed rows, each a prompt's real tokens but the
         # last once, then per completion its last prompt token and its tokens up to the last scored one but the
         # last: 12 for the full rows, 5 and 2 for the two that end early; as a prefix tree, one row where the two
-        # prompts' common beginning (the chat template's system prompt and "<|im_start|>user\n") is there once
+        # prompts' common beginning (the chat template's system prompt and "<|im_start|>user\n") is there once, and
+        # each prompt's last token once for its 4 completions
         real = [ids[r, :prompt_len - 1][mask[r, :prompt_len - 1].bool()].tolist() for r in (0, 4)]
         common = next(i for i, (a, b) in enumerate(zip(*real, strict=False)) if a != b)
         assert common >= 20 and len(real[0]) != len(real[1])  # shared at different columns of TRL's rows
@@ -124,8 +125,8 @@ def test_shared_prompt_logps_match_trls_pass(tiny_model_dir, tmp_path, form, mon
             packed = [(2, prompt_len - 1), (8, keep + 1)]  # the 2 distinct prompts, then every row's completion
         elif form == "per prompt":
             packed = [(2, max(len(prompt) + n for prompt, n in zip(real, completions, strict=True)))]
-        else:
-            packed = [(1, len(real[0]) + len(real[1]) - common + sum(completions))]
+        else:  # each prompt's last token once in the tree, not once per completion
+            packed = [(1, len(real[0]) + len(real[1]) - common + 2 + sum(completions) - 8)]
         assert calls == (packed if share else [(8, prompt_len + keep)])
     (lp_trl, ent_trl, grads_trl), (lp_ours, ent_ours, grads_ours) = results[False], results[True]
     scored = completion_mask.bool()
@@ -180,6 +181,8 @@ def test_both_packings_score_random_batches_as_trls_rows(attn):
                 attend = packed.attend if attn == "sdpa" else torch.zeros(packed.attend.shape).masked_fill_(
                     ~packed.attend, torch.finfo(torch.float32).min)
                 out = model(input_ids=packed.input_ids, attention_mask=attend, position_ids=packed.position_ids).logits
+                if packed.expand is not None:  # the tree: a prompt's last token predicts each completion's first
+                    out = out[:, packed.expand]
                 scored = torch.log_softmax(out, -1).gather(-1, packed.shift_labels.clamp(min=0)[..., None])[..., 0]
                 got = scored[packed.rows, packed.cols]
                 where = mask[:, width:].bool()
