@@ -4,8 +4,9 @@ GRPO samples `num_generations` completions per prompt. TRL runs every prompt + c
 full, both when generating (the prefill) and in the log-prob pass, so each prompt is computed `num_generations` times
 (4 x 44 of the 68 tokens per row in the speed benchmark). Here the log-prob pass is one forward over one packed row:
 the distinct prompts as a prefix tree (their common beginning, such as the chat template's system prompt or a tool
-schema, once), then each completion as a segment that sees only its prompt's path and itself
-(shared_prompts.pack_by_prompt, a 4D mask; trailing padding left out); one row per distinct prompt where that row
+schema, once; each prompt's last token once, its output read by each of its completions' first prediction), then
+each completion as a segment that sees only its prompt's path and itself (shared_prompts.pack_by_prompt, a 4D mask;
+trailing padding left out); one row per distinct prompt where that row
 would hold more attention scores than TRL's pass. Where the attention cannot take such a mask (flash attention,
 sliding windows shorter than the rows, recurrent layers) or packing would hold more attention scores than TRL's
 rows, the prompt's key/value cache is computed once per distinct prompt and indexed out to its rows, and the
