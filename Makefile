@@ -33,6 +33,17 @@ UV_VERSION := 0.13.8
 UV := $(VENV)/bin/uv
 UV_PIP_INSTALL = env $$($(PY) tools/uv_pip_args.py $(UV) pip install) --python $(PY) --quiet
 
+# pip and uv into the venv. The venv is made without pip (`python -m venv` spends 6 s in ensurepip, byte-compiling its
+# own old pip, before anything else of a cold install can start): today's pip and uv come from the pip of the Python
+# that made it, installing into the venv (`pip --python`, pip >= 22.3): 6 s instead of 9.5 s on 2 cores. Where that
+# Python has no such pip, or the venv already has its own: the venv's pip (ensurepip's first where it has none).
+define bootstrap
+if ! $(PY) -m pip --version > /dev/null 2>&1 && \
+	$(PYTHON) -m pip --python $(PY) install --quiet pip uv==$(UV_VERSION) 2> /dev/null; then :; \
+else { $(PY) -m pip --version > /dev/null 2>&1 || $(PY) -m ensurepip --upgrade --default-pip > /dev/null; } && \
+	$(PY) -m pip install --quiet uv==$(UV_VERSION) || echo "uv could not be installed (above): pip installs instead"; fi
+endef
+
 # The llama_cpp generation engine is part of the default install: llama-cpp-python compiled from source (no wheel on
 # PyPI for it), built in the background while the rest installs (the compile is CPU-bound, the other installs are
 # mostly downloads and unpacking), then installed from the built wheel. The sdist is downloaded once, first thing in
@@ -102,34 +113,41 @@ mkdir -p $(LLAMA_CACHE) && { test -f $(LLAMA_SDIST) || $(PY) tools/fetch_sdist.p
 	$(LLAMA_SDIST) || { \
 	$(PY) -m pip download --quiet --no-binary llama-cpp-python --no-deps llama-cpp-python==$(LLAMA_VERSION) -d $(LLAMA_SDIST).d$$$$ && \
 	mv $(LLAMA_SDIST).d$$$$/llama_cpp_python-$(LLAMA_VERSION).tar.gz $(LLAMA_SDIST) && rm -rf $(LLAMA_SDIST).d$$$$; }; } && \
+{ $(llama_converter) & } && converter=$$! && \
 { test -n "$$(ls $(LLAMA_WHEELS)/*.whl 2> /dev/null)" || { \
 	{ { test -x $(UV) && $(LLAMA_BUILD_ENV) env $$($(PY) tools/uv_pip_args.py $(UV) build) --quiet --wheel \
 		--python $(PY) -o $(LLAMA_WHEELS).d$$$$ $(LLAMA_SDIST); } || { rm -rf $(LLAMA_WHEELS).d$$$$ && \
 	$(LLAMA_BUILD_ENV) $(PY) -m pip wheel --quiet --no-deps --no-cache-dir $(LLAMA_SDIST) -w $(LLAMA_WHEELS).d$$$$; }; } && \
-	mkdir -p $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).d$$$$/*.whl $(LLAMA_WHEELS)/ && rm -rf $(LLAMA_WHEELS).d$$$$; }; }
+	mkdir -p $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).d$$$$/*.whl $(LLAMA_WHEELS)/ && rm -rf $(LLAMA_WHEELS).d$$$$; }; } && \
+wait $$converter
 endef
 
-# The engine from the cached wheel (replacing any other build of the same version), the converter out of the sdist,
-# then the engine's stamp. With uv where the install bootstrapped it (1 s against pip's 3 s, after the compile), else
-# with pip.
-install_either = { { test -x $(UV) && $(UV_PIP_INSTALL) $(1); } || $(PY) -m pip install --quiet $(2); }
-define llama_install
-$(call install_either,--no-deps --reinstall $(LLAMA_WHEEL),--no-deps --force-reinstall $(LLAMA_WHEEL)) && \
-$(call install_either,-r requirements-llama.txt,-r requirements-llama.txt) && \
-rm -rf $(LLAMA_CONVERT) && mkdir -p $(LLAMA_CONVERT) && \
-tar -xzf $(LLAMA_SDIST) -C $(LLAMA_CONVERT) --strip-components=3 \
+# llama.cpp's model converter out of the sdist, unpacked beside the compile (1.5 s of gzip, which used to sit between
+# the compile and the run) into a private directory moved in whole.
+define llama_converter
+rm -rf $(LLAMA_CONVERT).d$$$$ && mkdir -p $(LLAMA_CONVERT).d$$$$ && \
+tar -xzf $(LLAMA_SDIST) -C $(LLAMA_CONVERT).d$$$$ --strip-components=3 \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/conversion \
 	llama_cpp_python-$(LLAMA_VERSION)/vendor/llama.cpp/gguf-py && \
+rm -rf $(LLAMA_CONVERT) && mv $(LLAMA_CONVERT).d$$$$ $(LLAMA_CONVERT)
+endef
+
+# The engine from the cached wheel (replacing any other build of the same version) with its requirements, then the
+# engine's stamp. With uv where the install bootstrapped it (one call, ~1 s after the compile), else with pip.
+define llama_install
+{ { test -x $(UV) && $(UV_PIP_INSTALL) --reinstall-package llama-cpp-python $(LLAMA_WHEEL) -r requirements-llama.txt; } || \
+	{ $(PY) -m pip install --quiet --no-deps --force-reinstall $(LLAMA_WHEEL) && \
+	$(PY) -m pip install --quiet -r requirements-llama.txt; }; } && \
 echo $(LLAMA_ISA)-$(LLAMA_KEY) > $(LLAMA_STAMP)
 endef
 
 $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-cpp.cmake tools/uv_pip_args.py \
 	tools/fetch_sdist.py
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv --without-pip $(VENV)
 	rm -f $(VENV)/.llama-wheel.rc $(LLAMA_STAMP) $(BYTECODE_ALL)
 	@# uv before the engine's background job: it fetches the engine's sdist and builds its wheel (llama_wheel)
-	$(PY) -m pip install --quiet uv==$(UV_VERSION) || echo "uv could not be installed (above): pip installs instead"
+	@echo "pip and uv into $(VENV)"; $(bootstrap)
 	@if command -v $${CXX:-c++} > /dev/null; then \
 		echo "llama.cpp engine ($(LLAMA_ISA) build): building alongside the installs ($(LLAMA_LOG))"; \
 		( { $(llama_wheel); } > $(LLAMA_LOG) 2>&1; echo $$? > $(VENV)/.llama-wheel.rc ) & \
@@ -140,10 +158,11 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-llama.txt llama-
 	$(PY) -m pip install --quiet -r requirements.txt && \
 	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt; }; status=$$?; \
 	if [ $$status = 0 ]; then if [ -f $(VENV)/.llama-wheel.rc ]; then $(compile_all); \
-		else $(PY) tools/compile_run_imports.py > /dev/null 2>&1; fi; fi; wait; exit $$status
-	@# pip upgraded last, not first: where uv is missing the engine's sdist and wheel come from the venv's own pip,
-	@# which must not change under the build
-	@$(call install_either,--upgrade pip,--upgrade pip)
+		else $(PY) tools/compile_run_imports.py > /dev/null 2>&1; fi; \
+		test -x $(UV) && $(UV_PIP_INSTALL) --upgrade pip; fi; wait; exit $$status
+	@# pip upgraded by pip last, not first: where uv is missing the engine's sdist and wheel come from the venv's own
+	@# pip, which must not change under the build; uv upgrades it (where the bootstrap did not bring today's) beside it
+	@test -x $(UV) || $(PY) -m pip install --quiet --upgrade pip
 	@rc=$$(cat $(VENV)/.llama-wheel.rc); \
 	if [ "$$rc" = 0 ] && { $(llama_install); } >> $(LLAMA_LOG) 2>&1; then :; \
 	elif [ "$$rc" = "no C++ compiler" ]; then \

@@ -4,6 +4,14 @@
 # part of the build. Set before llama.cpp's option() reads it, so it wins over the parent's FORCE.
 set(LLAMA_BUILD_COMMON OFF CACHE BOOL "llama: build common utils library" FORCE)
 
+# One copy of each library in the wheel. llama.cpp's own install rules put its libraries in the wheel's top-level lib/
+# (a site-packages/lib nothing reads) beside llama-cpp-python's llama_cpp/lib, each under three names (libllama.so,
+# .so.0, .so.0.x.y) that a wheel stores as three full copies: 6 copies of 10 MB, a 67 MB wheel whose zip (3.8 s on one
+# core) and unpacking sat between the compile and the run. Both rules now install into llama_cpp/lib (as
+# llama-cpp-python does for Pyodide), and the libraries carry no version in their file names (below).
+set(CMAKE_INSTALL_LIBDIR llama_cpp/lib CACHE PATH "libraries, in the Python package" FORCE)
+set(CMAKE_INSTALL_INCLUDEDIR llama_cpp/include CACHE PATH "headers, in the Python package" FORCE)
+
 # libllama (model loader, vocabulary, the per-architecture graph builders, KV cache bookkeeping: two thirds of the
 # compile) at -O1; ggml, which does the arithmetic, keeps the release build's -O3. Appended to the target's options
 # once llama.cpp's CMakeLists has defined it (a deferred call), so it comes after -O3 on the command line and wins.
@@ -43,6 +51,12 @@ function(grpo_llama_compile_options)
         set_source_files_properties(${batched} TARGET_DIRECTORY llama PROPERTIES SKIP_UNITY_BUILD_INCLUSION OFF)
         set_source_files_properties(${core} TARGET_DIRECTORY llama PROPERTIES COMPILE_OPTIONS -O1)
     endif()
+    foreach(target llama ggml ggml-base ggml-cpu)
+        if(TARGET ${target})
+            set_property(TARGET ${target} PROPERTY VERSION)  # unset: libllama.so alone, no .so.0 / .so.0.x.y
+            set_property(TARGET ${target} PROPERTY SOVERSION)
+        endif()
+    endforeach()
     foreach(target ggml-base ggml-cpu)
         if(TARGET ${target})
             get_target_property(dir ${target} SOURCE_DIR)
