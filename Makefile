@@ -18,14 +18,15 @@ bytecode: $(STAMP)
 	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'grpo-cli.pth').write_text('$(CURDIR)\n')"
 
 # The pinned set installs with uv (`uv pip install`: parallel downloads and unpacking), bootstrapped into the venv
-# with pip (UV_VERSION); .venv/bin/pip stays for users, and pip still builds the llama.cpp engine (below). uv does not
-# read pip's configuration, so tools/uv_pip_args.py says pip's package sources to it at install time (a local wheel
-# directory with the CPU build of torch, mirrors, a CA: whatever the machine configured for pip) and pip's rule of the
-# best version over all of them. Byte-compiled while the engine compiles: what a run imports
-# (tools/compile_run_imports.py imports it: ~4,800 of the set's ~16,000 files, 25 CPU-seconds), not everything (51
-# CPU-seconds taken from that compile: a cold `make quick-test` 238 / 234 -> 212 / 200 s); `make test` compiles the rest
-# (BYTECODE_ALL) before its many processes start. Where nothing compiles beside it (the engine's wheel was cached),
-# the install compiles everything at once, on both cores.
+# with pip (UV_VERSION, `bootstrap` below); .venv/bin/pip stays for users, and is the fallback wherever uv fails. uv
+# does not read pip's configuration, so tools/uv_pip_args.py says pip's package sources to it at install time (a local
+# wheel directory with the CPU build of torch, mirrors, a CA: whatever the machine configured for pip) and pip's rule
+# of the best version over all of them. Byte-compiled while the engine compiles: what a run imports, as
+# tools/run_imports.txt records it (tools/compile_run_imports.py: ~4,500 of the set's ~16,000 files, 22 CPU-seconds on
+# 2 AVX2 cores; importing them to compile them took 38), not everything (51 CPU-seconds taken from that compile: a
+# cold `make quick-test` 238 / 234 -> 212 / 200 s); `make test` compiles the rest (BYTECODE_ALL) before its many
+# processes start. Where nothing compiles beside it (the engine's wheel was cached), the install compiles everything
+# at once, on both cores.
 BYTECODE_ALL := $(VENV)/.bytecode-all
 compile_all = { $(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
 	> /dev/null; touch $(BYTECODE_ALL); }
