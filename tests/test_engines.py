@@ -109,6 +109,21 @@ def test_the_probe_reads_the_installed_library(tmp_path):
     assert "does not load" in llama_cpp_build_problem(broken, flags)
 
 
+def test_the_engine_is_installed_with_one_copy_of_each_library():
+    """llama-cpp.cmake: the engine's wheel holds each llama.cpp library once, in the package (not three names each,
+    nor a second set in a top-level site-packages/lib): a 67 MB wheel to zip and unpack became a 12 MB one."""
+    import sysconfig
+
+    from grpokit.engines import llama_cpp_library
+
+    lib = llama_cpp_library()
+    if lib is None:
+        pytest.skip("needs llama-cpp-python's library (make llama-cpp)")
+    names = sorted(p.name for p in lib.parent.glob("lib*.so*"))
+    assert names == ["libggml-base.so", "libggml-cpu.so", "libggml.so", "libllama.so"], names
+    assert not list(Path(sysconfig.get_paths()["purelib"], "lib").glob("lib*.so*"))
+
+
 @pytest.mark.parametrize("flags, isa", [
     (INTEL_AMX, "avx512bf16"),
     (AMD_AVX2 + " avx512f avx512dq avx512cd avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16", "avx512bf16"),
