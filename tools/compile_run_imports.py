@@ -9,7 +9,7 @@ with --compile-bytecode (51 CPU-seconds here), and during a fresh install that t
 running beside it on the same cores. Compiling exactly what a run imports means a run in an environment that sets
 PYTHONDONTWRITEBYTECODE (CI, many containers) does not compile its imports again in every process. Importing it
 compiles it too, but also runs it (Unsloth's patching, transformers' import tables: 14 of 38 CPU-seconds on 2 AVX2
-cores), so the install compiles the recorded list instead (24 CPU-seconds). The list is the pinned set's: recorded
+cores), so the install compiles the recorded list instead (22 CPU-seconds). The list is the pinned set's: recorded
 again with --record when requirements change (tests/test_compile_run_imports.py says when it no longer matches); a
 file a run imports that is missing from it is compiled on first use, as Python always does. `make test` byte-compiles
 the rest (its many processes import more). Never fails the install: a package that does not import here is the run's
@@ -69,15 +69,15 @@ def imported_files() -> dict[str, set[str]]:
 
 
 def record(out: Path = LIST) -> int:
-    root, lines = site_packages(), []
-    for directory, names in sorted(imported_files().items()):
+    root, lines, imported = site_packages(), [], imported_files()
+    for directory, names in sorted(imported.items()):
         present = {p.stem for p in (root / directory).glob("*.py")}
         lines.append(f"{directory}: {'*' if len(names) >= WHOLE * len(present) else ' '.join(sorted(names))}")
     header = ["# The installed Python files a training run imports (tools/compile_run_imports.py): directory relative",
               "# to site-packages, then module files, or * for all of the directory's. Recorded with",
               "# `.venv/bin/python tools/compile_run_imports.py --record`; compiled by `make install`."]
     out.write_text("\n".join(header + lines) + "\n")
-    return sum(len(names) for names in imported_files().values())
+    return sum(len(names) for names in imported.values())
 
 
 def listed_files(path: Path = LIST) -> list[Path]:
